@@ -1,0 +1,88 @@
+/* detcoll: bit-reproducible collectives for data-parallel training. The stable C ABI.
+ *
+ * Every call returns a status; on failure detcoll_last_error() describes it, the output buffers
+ * are untouched and the library stays usable. A collective that fails on one rank (bad argument,
+ * ranks disagreeing on the call) fails on every rank with the same status and message. No call
+ * aborts the process. Collectives must be called in the same order on every rank. */
+#ifndef DETCOLL_H_
+#define DETCOLL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DETCOLL_API __attribute__((visibility("default")))
+#else
+#define DETCOLL_API
+#endif
+
+typedef enum {
+  DETCOLL_SUCCESS = 0,
+  DETCOLL_ERR_INVALID_ARGUMENT,
+  DETCOLL_ERR_MISMATCH,
+  DETCOLL_ERR_TIMEOUT,
+  DETCOLL_ERR_BACKEND,
+  DETCOLL_ERR_NOT_INITIALIZED,
+  DETCOLL_ERR_INTERNAL
+} detcoll_status_t;
+
+typedef enum {
+  DETCOLL_FLOAT32,
+  DETCOLL_FLOAT64,
+  DETCOLL_FLOAT16,
+  DETCOLL_BFLOAT16,
+  DETCOLL_INT32,
+  DETCOLL_INT64
+} detcoll_dtype_t;
+
+typedef enum { DETCOLL_SUM, DETCOLL_AVERAGE, DETCOLL_MIN, DETCOLL_MAX } detcoll_op_t;
+
+typedef enum { DETCOLL_MODE_NATIVE, DETCOLL_MODE_ORDERED, DETCOLL_MODE_INVARIANT } detcoll_mode_t;
+
+/* Initializes detcoll on MPI_COMM_WORLD, calling MPI_Init_thread(MPI_THREAD_MULTIPLE) if MPI is
+ * not initialized yet (detcoll_finalize then finalizes it). Reads and checks the DETCOLL_*
+ * environment on every rank; an invalid value fails init on every rank. A second call while
+ * initialized does nothing and succeeds. */
+DETCOLL_API detcoll_status_t detcoll_init(void);
+/* Releases detcoll and, if detcoll_init initialized MPI, finalizes MPI. */
+DETCOLL_API detcoll_status_t detcoll_finalize(void);
+
+/* -1 before init. Local rank and size count the ranks on this node. */
+DETCOLL_API int detcoll_rank(void);
+DETCOLL_API int detcoll_size(void);
+DETCOLL_API int detcoll_local_rank(void);
+DETCOLL_API int detcoll_local_size(void);
+
+/* Overrides DETCOLL_DETERMINISM, before or after init; every rank must set the same mode. */
+DETCOLL_API detcoll_status_t detcoll_set_mode(detcoll_mode_t mode);
+DETCOLL_API detcoll_mode_t detcoll_get_mode(void);
+
+/* sendbuf == recvbuf is in place. Average divides the sum by the world size. name may be NULL;
+ * when given it must be the same on every rank. */
+DETCOLL_API detcoll_status_t detcoll_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                               detcoll_dtype_t dtype, detcoll_op_t op,
+                                               const char* name);
+/* Each rank contributes nleaves buffers (leaves); the result is the reduction of all of them.
+ * This version accepts nleaves == 1 only (the invariant mode brings more). */
+DETCOLL_API detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves,
+                                                      void* recvbuf, size_t count,
+                                                      detcoll_dtype_t dtype, detcoll_op_t op,
+                                                      const char* name);
+DETCOLL_API detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtype,
+                                               int root, const char* name);
+/* recvbuf holds size * count elements, rank j's at offset j * count. */
+DETCOLL_API detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
+                                               detcoll_dtype_t dtype, const char* name);
+
+/* Thread-local text of the last failure in this thread; "" if none. */
+DETCOLL_API const char* detcoll_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DETCOLL_H_ */

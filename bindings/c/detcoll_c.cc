@@ -1,0 +1,256 @@
+// The C API over the collective layer: one process-wide runtime, created by detcoll_init.
+
+#include <mpi.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "bindings/c/detcoll.h"
+#include "collective/collectives.h"
+#include "collective/mpi_communicator.h"
+#include "common/config.h"
+#include "common/env.h"
+#include "common/logging.h"
+
+#if DETCOLL_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace detcoll {
+namespace {
+
+static_assert(static_cast<int>(StatusCode::kInternal) == DETCOLL_ERR_INTERNAL);
+static_assert(static_cast<int>(DataType::kInt64) == DETCOLL_INT64);
+static_assert(static_cast<int>(ReduceOp::kMax) == DETCOLL_MAX);
+static_assert(static_cast<int>(Mode::kInvariant) == DETCOLL_MODE_INVARIANT);
+
+struct Runtime {
+  std::unique_ptr<collective::MpiCommunicator> comm;
+  std::unique_ptr<collective::Collectives> collectives;
+  Config config;
+  int localRank = 0;
+  int localSize = 1;
+};
+
+std::mutex g_mutex;  // serializes the blocking calls: collectives must run in one order per rank
+std::unique_ptr<Runtime> g_runtime;
+bool g_ownsMpi = false;
+std::optional<Mode> g_modeOverride;
+thread_local std::string t_lastError;
+
+detcoll_status_t finish(const Status& status) {
+  if (status.isOk()) return DETCOLL_SUCCESS;
+  t_lastError = status.message();
+  DETCOLL_LOG(kDebug) << "call failed: " << status.toString();
+  return static_cast<detcoll_status_t>(status.code());
+}
+
+Mode currentMode() {
+  if (g_modeOverride) return *g_modeOverride;
+  return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
+}
+
+Status checkModeAvailable(Mode mode, const std::string& source) {
+  if (mode == Mode::kInvariant) {
+    return Status::invalidArgument(source +
+                                   ": the invariant mode is not available in this version of "
+                                   "detcoll; use native or ordered");
+  }
+  return Status::ok();
+}
+
+Status notInitialized(const char* call) {
+  return Status::notInitialized(std::string(call) + " called before detcoll_init");
+}
+
+// Device memory needs the GPU data path, which this version does not have.
+Status checkHostMemory(const void* pointer, const char* what) {
+#if DETCOLL_WITH_CUDA
+  static const bool haveDevice = [] {
+    int devices = 0;
+    return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  }();
+  if (haveDevice && pointer != nullptr) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) == cudaSuccess &&
+        attributes.type == cudaMemoryTypeDevice) {
+      return Status::invalidArgument(std::string(what) +
+                                     " is device memory; this version reduces host memory only");
+    }
+    (void)cudaGetLastError();
+  }
+#else
+  (void)pointer;
+  (void)what;
+#endif
+  return Status::ok();
+}
+
+Status initialize() {
+  if (g_runtime) return Status::ok();
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) return collective::mpiError("MPI_Init_thread", rc);
+    g_ownsMpi = true;
+  } else {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return Status::backend("MPI has been finalized; detcoll cannot initialize");
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      DETCOLL_LOG(kWarn) << "MPI was initialized without MPI_THREAD_MULTIPLE; call detcoll "
+                            "from one thread at a time";
+    }
+  }
+  auto runtime = std::make_unique<Runtime>();
+  DETCOLL_RETURN_IF_ERROR(collective::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->comm));
+  setLogRank(runtime->comm->rank());
+
+  Status local = loadConfig(processEnvironment(), &runtime->config);
+  if (local.isOk()) {
+    setLogLevel(runtime->config.logLevel);
+    local = g_modeOverride
+                ? checkModeAvailable(*g_modeOverride, "detcoll_set_mode")
+                : checkModeAvailable(runtime->config.mode, "DETCOLL_DETERMINISM=invariant");
+  }
+  runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
+  const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.mode;
+  DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
+
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(runtime->comm->handle(), MPI_COMM_TYPE_SHARED, runtime->comm->rank(),
+                          MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_rank(node, &runtime->localRank);
+    MPI_Comm_size(node, &runtime->localSize);
+    MPI_Comm_free(&node);
+  }
+  for (const std::string& variable : runtime->config.setVariables) {
+    DETCOLL_LOG(kInfo) << variable << " set by environment";
+  }
+  DETCOLL_LOG(kInfo) << "initialized: rank " << runtime->comm->rank() << " of "
+                     << runtime->comm->size() << ", mode " << modeName(mode);
+  g_runtime = std::move(runtime);
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace detcoll
+
+using namespace detcoll;
+
+extern "C" {
+
+detcoll_status_t detcoll_init(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return finish(initialize());
+}
+
+detcoll_status_t detcoll_finalize(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_runtime && !g_ownsMpi) return finish(notInitialized("detcoll_finalize"));
+  g_runtime.reset();
+  setLogRank(-1);
+  if (g_ownsMpi) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+    g_ownsMpi = false;
+  }
+  return DETCOLL_SUCCESS;
+}
+
+int detcoll_rank(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_runtime ? g_runtime->comm->rank() : -1;
+}
+
+int detcoll_size(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_runtime ? g_runtime->comm->size() : -1;
+}
+
+int detcoll_local_rank(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_runtime ? g_runtime->localRank : -1;
+}
+
+int detcoll_local_size(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_runtime ? g_runtime->localSize : -1;
+}
+
+detcoll_status_t detcoll_set_mode(detcoll_mode_t mode) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!isValidMode(static_cast<int>(mode))) {
+    return finish(Status::invalidArgument("detcoll_set_mode: unknown mode " +
+                                          std::to_string(static_cast<int>(mode))));
+  }
+  const Status available = checkModeAvailable(static_cast<Mode>(mode), "detcoll_set_mode");
+  if (!available.isOk()) return finish(available);
+  g_modeOverride = static_cast<Mode>(mode);
+  return DETCOLL_SUCCESS;
+}
+
+detcoll_mode_t detcoll_get_mode(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<detcoll_mode_t>(currentMode());
+}
+
+detcoll_status_t detcoll_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                   detcoll_dtype_t dtype, detcoll_op_t op, const char* name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_runtime) return finish(notInitialized("detcoll_allreduce"));
+  Status precheck = checkHostMemory(sendbuf, "sendbuf");
+  if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
+  return finish(g_runtime->collectives->allreduce(currentMode(), sendbuf, recvbuf, count,
+                                                  static_cast<int>(dtype), static_cast<int>(op),
+                                                  name, precheck));
+}
+
+detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves, void* recvbuf,
+                                          size_t count, detcoll_dtype_t dtype, detcoll_op_t op,
+                                          const char* name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_runtime) return finish(notInitialized("detcoll_allreduce_leaves"));
+  Status precheck;
+  if (leaves == nullptr) {
+    precheck = Status::invalidArgument("leaves is null");
+  } else if (nleaves != 1) {
+    precheck = Status::invalidArgument(
+        "nleaves is " + std::to_string(nleaves) +
+        "; this version reduces exactly one leaf per rank (several need the invariant mode)");
+  }
+  const void* send = precheck.isOk() ? leaves[0] : nullptr;
+  if (precheck.isOk()) precheck = checkHostMemory(send, "leaves[0]");
+  if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
+  return finish(g_runtime->collectives->allreduce(currentMode(), send, recvbuf, count,
+                                                  static_cast<int>(dtype), static_cast<int>(op),
+                                                  name, precheck));
+}
+
+detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtype, int root,
+                                   const char* name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_runtime) return finish(notInitialized("detcoll_broadcast"));
+  return finish(g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name));
+}
+
+detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
+                                   detcoll_dtype_t dtype, const char* name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_runtime) return finish(notInitialized("detcoll_allgather"));
+  return finish(
+      g_runtime->collectives->allgather(sendbuf, recvbuf, count, static_cast<int>(dtype), name));
+}
+
+const char* detcoll_last_error(void) {
+  return t_lastError.c_str();
+}
+
+}  // extern "C"

@@ -1,0 +1,41 @@
+#pragma once
+
+// The checked collectives behind the C API: local argument checks, the call agreement of
+// call_agreement.h, then the algorithm of the mode. A failure returns the same status on every
+// rank and leaves the output buffers untouched.
+
+#include <cstddef>
+#include <vector>
+
+#include "collective/call_agreement.h"
+#include "collective/communicator.h"
+#include "collective/ordered_allreduce.h"
+
+namespace detcoll::collective {
+
+// Per-communicator state reused across calls. Calls on one Collectives object must not overlap.
+class Collectives {
+ public:
+  explicit Collectives(Communicator& comm) : comm_(comm) {}
+
+  Communicator& communicator() { return comm_; }
+  OrderedAllreduceOptions& orderedOptions() { return ordered_; }
+
+  // `precheck` carries a failure the caller found before the call (it still takes part in the
+  // agreement so every rank returns it). dtype and op are the caller's raw values.
+  Status allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype, int op,
+                   const char* name, const Status& precheck = Status::ok());
+  Status broadcast(void* data, size_t count, int dtype, int root, const char* name);
+  // recv holds size() * count elements, rank j's at offset j * count.
+  Status allgather(const void* send, void* recv, size_t count, int dtype, const char* name);
+  // Agrees on a status (init): every rank fails if one does; the mode must match too.
+  Status agreeOnInit(Mode mode, const Status& local);
+
+ private:
+  Communicator& comm_;
+  CallAgreement agreement_;
+  OrderedAllreduceOptions ordered_;
+  std::vector<const void*> inputs_;
+};
+
+}  // namespace detcoll::collective

@@ -1,0 +1,165 @@
+#include "collective/thread_communicator.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+namespace detcoll::collective {
+
+namespace {
+
+struct Transfer {
+  const void* source = nullptr;  // set for a send
+  void* destination = nullptr;   // set for a receive
+  size_t bytes = 0;              // size of a send, capacity of a receive
+  bool done = false;
+  Status status;
+  size_t received = 0;
+};
+
+}  // namespace
+
+class ThreadWorld {
+ public:
+  explicit ThreadWorld(int size) : size_(size) {}
+  int size() const { return size_; }
+
+  // Posts one side of a transfer; completes both sides if the other is already waiting.
+  void post(const std::shared_ptr<Transfer>& t, bool isSend, int from, int to, int tag) {
+    const auto key = std::make_tuple(from, to, tag);
+    std::shared_ptr<Transfer> send;
+    std::shared_ptr<Transfer> recv;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& mine = isSend ? sends_[key] : recvs_[key];
+      auto& theirs = isSend ? recvs_[key] : sends_[key];
+      if (theirs.empty()) {
+        mine.push_back(t);
+        return;
+      }
+      (isSend ? recv : send) = theirs.front();
+      (isSend ? send : recv) = t;
+      theirs.pop_front();
+    }
+    // Copy outside the lock so that ranks move data in parallel.
+    Status status;
+    if (send->bytes > recv->bytes) {
+      status = Status::internal("message of " + std::to_string(send->bytes) + " bytes from rank " +
+                                std::to_string(from) + " exceeds the receive of " +
+                                std::to_string(recv->bytes) + " bytes");
+    } else if (send->bytes > 0) {
+      std::memcpy(recv->destination, send->source, send->bytes);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    send->status = recv->status = status;
+    recv->received = send->bytes;
+    send->done = recv->done = true;
+    cv_.notify_all();
+  }
+
+  Status wait(const std::shared_ptr<Transfer>& t, size_t* bytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return t->done; });
+    if (bytes != nullptr) *bytes = t->received;
+    return t->status;
+  }
+
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = barrierGeneration_;
+    if (++barrierArrived_ == size_) {
+      barrierArrived_ = 0;
+      ++barrierGeneration_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return barrierGeneration_ != generation; });
+  }
+
+ private:
+  using Key = std::tuple<int, int, int>;
+  const int size_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<Key, std::deque<std::shared_ptr<Transfer>>> sends_;
+  std::map<Key, std::deque<std::shared_ptr<Transfer>>> recvs_;
+  int barrierArrived_ = 0;
+  uint64_t barrierGeneration_ = 0;
+};
+
+namespace {
+
+class ThreadRequest : public Request {
+ public:
+  ThreadRequest(std::shared_ptr<ThreadWorld> world, std::shared_ptr<Transfer> transfer)
+      : world_(std::move(world)), transfer_(std::move(transfer)) {}
+  // A pending transfer points into the caller's buffer: wait rather than leave it dangling.
+  ~ThreadRequest() override { (void)world_->wait(transfer_, nullptr); }
+  Status wait(size_t* bytes) override { return world_->wait(transfer_, bytes); }
+
+ private:
+  std::shared_ptr<ThreadWorld> world_;
+  std::shared_ptr<Transfer> transfer_;
+};
+
+}  // namespace
+
+ThreadCommunicator::ThreadCommunicator(std::shared_ptr<ThreadWorld> world, int rank)
+    : world_(std::move(world)), rank_(rank) {}
+
+int ThreadCommunicator::size() const {
+  return world_->size();
+}
+
+std::unique_ptr<Request> ThreadCommunicator::isend(const void* data, size_t bytes, int peer,
+                                                   int tag) {
+  auto t = std::make_shared<Transfer>();
+  t->source = data;
+  t->bytes = bytes;
+  world_->post(t, true, rank_, peer, tag);
+  return std::make_unique<ThreadRequest>(world_, t);
+}
+
+std::unique_ptr<Request> ThreadCommunicator::irecv(void* data, size_t capacity, int peer, int tag) {
+  auto t = std::make_shared<Transfer>();
+  t->destination = data;
+  t->bytes = capacity;
+  world_->post(t, false, peer, rank_, tag);
+  return std::make_unique<ThreadRequest>(world_, t);
+}
+
+Status ThreadCommunicator::barrier() {
+  world_->barrier();
+  return Status::ok();
+}
+
+Status spawn(int size, const std::function<void(Communicator&)>& fn) {
+  auto world = std::make_shared<ThreadWorld>(size);
+  std::vector<Status> failures(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      ThreadCommunicator comm(world, r);
+      try {
+        fn(comm);
+      } catch (const std::exception& e) {
+        failures[r] = Status::internal("rank " + std::to_string(r) + " threw: " + e.what());
+      } catch (...) {
+        failures[r] = Status::internal("rank " + std::to_string(r) + " threw");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& f : failures) {
+    if (!f.isOk()) return f;
+  }
+  return Status::ok();
+}
+
+}  // namespace detcoll::collective

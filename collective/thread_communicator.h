@@ -1,0 +1,33 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "collective/communicator.h"
+
+namespace detcoll::collective {
+
+class ThreadWorld;
+
+// N ranks as threads in one process, for unit tests (Gloo's approach). Messages are matched by
+// (source, destination, tag) in posting order and copied once, by whichever side arrives second.
+class ThreadCommunicator : public Communicator {
+ public:
+  ThreadCommunicator(std::shared_ptr<ThreadWorld> world, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override;
+  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;
+  std::unique_ptr<Request> irecv(void* data, size_t capacity, int peer, int tag) override;
+  Status barrier() override;
+
+ private:
+  std::shared_ptr<ThreadWorld> world_;
+  int rank_;
+};
+
+// Runs fn on `size` threads, each with the communicator of one rank, and joins them. Returns the
+// first failure: an exception that escaped fn, with the rank that threw it.
+Status spawn(int size, const std::function<void(Communicator&)>& fn);
+
+}  // namespace detcoll::collective
