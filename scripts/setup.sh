@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what detcoll needs from Debian's packages (when missing) and builds it into build/.
+# CUDA, NCCL and cuDNN are used when found under /usr/local/cuda; the CPU path needs none of them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
