@@ -76,8 +76,9 @@ Status Collectives::allreduce(Mode mode, const void* send, void* recv, size_t co
   return orderedAllreduce(comm_, send, recv, count, type, reduceOp, ordered_);
 }
 
-Status Collectives::broadcast(void* data, size_t count, int dtype, int root, const char* name) {
-  LocalChecks checks{Status::ok()};
+Status Collectives::broadcast(void* data, size_t count, int dtype, int root, const char* name,
+                              const Status& precheck) {
+  LocalChecks checks(precheck);
   checkDtype(checks, dtype, count, 1);
   checks.require(count == 0 || data != nullptr,
                  [&] { return "buf is null while count is " + std::to_string(count); });
@@ -93,8 +94,8 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
 }
 
 Status Collectives::allgather(const void* send, void* recv, size_t count, int dtype,
-                              const char* name) {
-  LocalChecks checks{Status::ok()};
+                              const char* name, const Status& precheck) {
+  LocalChecks checks(precheck);
   const size_t p = static_cast<size_t>(comm_.size());
   checkDtype(checks, dtype, count, p);
   checks.require(count == 0 || send != nullptr,

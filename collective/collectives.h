@@ -25,9 +25,11 @@ class Collectives {
   // agreement so every rank returns it). dtype and op are the caller's raw values.
   Status allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype, int op,
                    const char* name, const Status& precheck = Status::ok());
-  Status broadcast(void* data, size_t count, int dtype, int root, const char* name);
+  Status broadcast(void* data, size_t count, int dtype, int root, const char* name,
+                   const Status& precheck = Status::ok());
   // recv holds size() * count elements, rank j's at offset j * count.
-  Status allgather(const void* send, void* recv, size_t count, int dtype, const char* name);
+  Status allgather(const void* send, void* recv, size_t count, int dtype, const char* name,
+                   const Status& precheck = Status::ok());
   // Agrees on a status (init): every rank fails if one does; the mode must match too.
   Status agreeOnInit(Mode mode, const Status& local);
 

@@ -238,15 +238,18 @@ detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtyp
                                    const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_runtime) return finish(notInitialized("detcoll_broadcast"));
-  return finish(g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name));
+  return finish(g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name,
+                                                  checkHostMemory(buf, "buf")));
 }
 
 detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
                                    detcoll_dtype_t dtype, const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_runtime) return finish(notInitialized("detcoll_allgather"));
-  return finish(
-      g_runtime->collectives->allgather(sendbuf, recvbuf, count, static_cast<int>(dtype), name));
+  Status precheck = checkHostMemory(sendbuf, "sendbuf");
+  if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
+  return finish(g_runtime->collectives->allgather(sendbuf, recvbuf, count, static_cast<int>(dtype),
+                                                  name, precheck));
 }
 
 const char* detcoll_last_error(void) {
