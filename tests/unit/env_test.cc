@@ -1,0 +1,253 @@
+// common/env.h: strict parsing of the DETCOLL_* environment, through a map-backed lookup.
+
+#include "common/env.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace detcoll {
+namespace {
+
+class FakeEnvironment {
+ public:
+  FakeEnvironment(std::initializer_list<std::pair<const std::string, std::string>> values)
+      : values_(values) {}
+  EnvLookup lookup() const {
+    return [this](const char* name) -> const char* {
+      auto it = values_.find(name);
+      return it == values_.end() ? nullptr : it->second.c_str();
+    };
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+Status load(std::initializer_list<std::pair<const std::string, std::string>> values,
+            Config* config) {
+  FakeEnvironment env(values);
+  return loadConfig(env.lookup(), config);
+}
+
+// The failure must be INVALID_ARGUMENT and name both the variable and the value.
+void expectRejected(const std::string& name, const std::string& value,
+                    const std::string& extraName = "", const std::string& extraValue = "") {
+  Config config;
+  FakeEnvironment env = extraName.empty() ? FakeEnvironment{{name, value}}
+                                          : FakeEnvironment{{name, value}, {extraName, extraValue}};
+  const Status status = loadConfig(env.lookup(), &config);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << name << "=" << value;
+  EXPECT_NE(status.message().find(name), std::string::npos)
+      << name << "=" << value << ": " << status.message();
+  EXPECT_NE(status.message().find("'" + value + "'"), std::string::npos)
+      << name << "=" << value << ": " << status.message();
+}
+
+Config loadOk(std::initializer_list<std::pair<const std::string, std::string>> values) {
+  Config config;
+  const Status status = load(values, &config);
+  EXPECT_TRUE(status.isOk()) << status.toString();
+  return config;
+}
+
+TEST(EnvTest, DefaultsWhenNothingIsSet) {
+  Config config;
+  config.fusionThresholdBytes = 1;
+  config.cycleTimeMs = 99;
+  config.setVariables = {"stale"};
+  ASSERT_TRUE(load({}, &config).isOk());
+  EXPECT_EQ(config.mode, Mode::kOrdered);
+  EXPECT_EQ(config.fusionThresholdBytes, 64ull << 20);
+  EXPECT_EQ(config.cycleTimeMs, 1.0);
+  EXPECT_EQ(config.logLevel, LogLevel::kWarn);
+  EXPECT_EQ(config.timelinePath, "");
+  EXPECT_EQ(config.stallCheckSeconds, 60.0);
+  EXPECT_TRUE(config.setVariables.empty());
+}
+
+TEST(EnvTest, ProcessEnvironmentReadsGetenv) {
+  ASSERT_EQ(setenv("DETCOLL_ENV_TEST_PROBE", "value-1", 1), 0);
+  const EnvLookup lookup = processEnvironment();
+  ASSERT_NE(lookup("DETCOLL_ENV_TEST_PROBE"), nullptr);
+  EXPECT_STREQ(lookup("DETCOLL_ENV_TEST_PROBE"), "value-1");
+  unsetenv("DETCOLL_ENV_TEST_PROBE");
+  EXPECT_EQ(lookup("DETCOLL_ENV_TEST_PROBE"), nullptr);
+}
+
+TEST(EnvTest, DeterminismValues) {
+  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "native"}}).mode, Mode::kNative);
+  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "ordered"}}).mode, Mode::kOrdered);
+  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "invariant"}}).mode, Mode::kInvariant);
+  for (const char* bad : {"fast", "ordered ", " ordered", "1", "orderedx", "nativ"}) {
+    expectRejected("DETCOLL_DETERMINISM", bad);
+  }
+}
+
+TEST(EnvTest, FusionThresholdValues) {
+  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "0"}}).fusionThresholdBytes, 0u);
+  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "1048576"}}).fusionThresholdBytes, 1048576u);
+  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "18446744073709551615"}}).fusionThresholdBytes,
+            18446744073709551615ull);
+  for (const char* bad : {"-1", "1e3", " 5", "5 ", "64MB", "0x10", "+5", "1.5", "abc",
+                          "18446744073709551616", "99999999999999999999999"}) {
+    expectRejected("DETCOLL_FUSION_THRESHOLD", bad);
+  }
+}
+
+TEST(EnvTest, CycleTimeValues) {
+  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "0"}}).cycleTimeMs, 0.0);
+  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "2.5"}}).cycleTimeMs, 2.5);
+  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "10"}}).cycleTimeMs, 10.0);
+  for (const char* bad : {"-5", "-0.5", "fast", "5ms", " 1", "1 ", "nan", "inf", "1e999", "."}) {
+    expectRejected("DETCOLL_CYCLE_TIME", bad);
+  }
+}
+
+TEST(EnvTest, LogLevelValuesAreCaseInsensitive) {
+  EXPECT_EQ(loadOk({{"DETCOLL_LOG_LEVEL", "info"}}).logLevel, LogLevel::kInfo);
+  EXPECT_EQ(loadOk({{"DETCOLL_LOG_LEVEL", "INFO"}}).logLevel, LogLevel::kInfo);
+  EXPECT_EQ(loadOk({{"DETCOLL_LOG_LEVEL", "Debug"}}).logLevel, LogLevel::kDebug);
+  EXPECT_EQ(loadOk({{"DETCOLL_LOG_LEVEL", "tRaCe"}}).logLevel, LogLevel::kTrace);
+  EXPECT_EQ(loadOk({{"DETCOLL_LOG_LEVEL", "none"}}).logLevel, LogLevel::kNone);
+  EXPECT_EQ(loadOk({{"DETCOLL_LOG_LEVEL", "error"}}).logLevel, LogLevel::kError);
+  EXPECT_EQ(loadOk({{"DETCOLL_LOG_LEVEL", "WaRn"}}).logLevel, LogLevel::kWarn);
+  for (const char* bad : {"verbose", "3", "info ", "WARNING"})
+    expectRejected("DETCOLL_LOG_LEVEL", bad);
+
+  LogLevel level = LogLevel::kNone;
+  EXPECT_TRUE(parseLogLevel("wArN", &level));
+  EXPECT_EQ(level, LogLevel::kWarn);
+  EXPECT_FALSE(parseLogLevel("", &level));
+  EXPECT_EQ(level, LogLevel::kWarn);
+}
+
+TEST(EnvTest, TimelineAndStallCheckValues) {
+  EXPECT_EQ(loadOk({{"DETCOLL_TIMELINE", "/tmp/timeline.json"}}).timelinePath,
+            "/tmp/timeline.json");
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "0"}}).stallCheckSeconds, 0.0);
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "12.5"}}).stallCheckSeconds, 12.5);
+  for (const char* bad : {"-1", "soon", "60s"}) expectRejected("DETCOLL_STALL_CHECK_SECONDS", bad);
+}
+
+TEST(EnvTest, HorovodVariablesAreUsedWhenOursAreUnset) {
+  const Config config = loadOk({{"HOROVOD_FUSION_THRESHOLD", "0"}, {"HOROVOD_CYCLE_TIME", "3.5"}});
+  EXPECT_EQ(config.fusionThresholdBytes, 0u);
+  EXPECT_EQ(config.cycleTimeMs, 3.5);
+  EXPECT_NE(std::find(config.setVariables.begin(), config.setVariables.end(),
+                      "HOROVOD_FUSION_THRESHOLD=0"),
+            config.setVariables.end());
+  EXPECT_NE(
+      std::find(config.setVariables.begin(), config.setVariables.end(), "HOROVOD_CYCLE_TIME=3.5"),
+      config.setVariables.end());
+  // An invalid Horovod value is an error that names the Horovod variable.
+  expectRejected("HOROVOD_FUSION_THRESHOLD", "64MB");
+  expectRejected("HOROVOD_CYCLE_TIME", "-5");
+}
+
+TEST(EnvTest, HorovodVariablesAreIgnoredWhenOursAreSet) {
+  const Config config = loadOk({{"DETCOLL_FUSION_THRESHOLD", "4096"},
+                                {"HOROVOD_FUSION_THRESHOLD", "0"},
+                                {"DETCOLL_CYCLE_TIME", "2"},
+                                {"HOROVOD_CYCLE_TIME", "7"}});
+  EXPECT_EQ(config.fusionThresholdBytes, 4096u);
+  EXPECT_EQ(config.cycleTimeMs, 2.0);
+  // Even an invalid Horovod value does not matter once ours is set.
+  const Config ignored = loadOk({{"DETCOLL_FUSION_THRESHOLD", "4096"},
+                                 {"HOROVOD_FUSION_THRESHOLD", "garbage"},
+                                 {"DETCOLL_CYCLE_TIME", "2"},
+                                 {"HOROVOD_CYCLE_TIME", "-1"}});
+  EXPECT_EQ(ignored.fusionThresholdBytes, 4096u);
+  EXPECT_EQ(ignored.cycleTimeMs, 2.0);
+  EXPECT_EQ(std::count_if(ignored.setVariables.begin(), ignored.setVariables.end(),
+                          [](const std::string& s) { return s.rfind("HOROVOD_", 0) == 0; }),
+            0);
+  // And an invalid value of ours is reported under our name, not Horovod's.
+  expectRejected("DETCOLL_FUSION_THRESHOLD", "64MB", "HOROVOD_FUSION_THRESHOLD", "1024");
+  expectRejected("DETCOLL_CYCLE_TIME", "-1", "HOROVOD_CYCLE_TIME", "5");
+}
+
+TEST(EnvTest, EmptyValueCountsAsUnset) {
+  const Config config = loadOk({{"DETCOLL_DETERMINISM", ""},
+                                {"DETCOLL_FUSION_THRESHOLD", ""},
+                                {"DETCOLL_CYCLE_TIME", ""},
+                                {"DETCOLL_LOG_LEVEL", ""},
+                                {"DETCOLL_TIMELINE", ""},
+                                {"DETCOLL_STALL_CHECK_SECONDS", ""}});
+  EXPECT_EQ(config.mode, Mode::kOrdered);
+  EXPECT_EQ(config.fusionThresholdBytes, 64ull << 20);
+  EXPECT_EQ(config.cycleTimeMs, 1.0);
+  EXPECT_EQ(config.logLevel, LogLevel::kWarn);
+  EXPECT_EQ(config.timelinePath, "");
+  EXPECT_EQ(config.stallCheckSeconds, 60.0);
+  EXPECT_TRUE(config.setVariables.empty());
+  // An empty DETCOLL value falls through to the Horovod one.
+  const Config fallback = loadOk({{"DETCOLL_FUSION_THRESHOLD", ""},
+                                  {"HOROVOD_FUSION_THRESHOLD", "123"},
+                                  {"DETCOLL_CYCLE_TIME", ""},
+                                  {"HOROVOD_CYCLE_TIME", "4"}});
+  EXPECT_EQ(fallback.fusionThresholdBytes, 123u);
+  EXPECT_EQ(fallback.cycleTimeMs, 4.0);
+}
+
+TEST(EnvTest, SetVariablesListsWhatWasSet) {
+  const Config config = loadOk({{"DETCOLL_DETERMINISM", "native"},
+                                {"DETCOLL_LOG_LEVEL", "info"},
+                                {"UNRELATED_VARIABLE", "1"}});
+  std::vector<std::string> sorted = config.setVariables;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted,
+            (std::vector<std::string>{"DETCOLL_DETERMINISM=native", "DETCOLL_LOG_LEVEL=info"}));
+}
+
+TEST(EnvTest, ParseUnsignedValueIsStrict) {
+  uint64_t value = 42;
+  for (const char* bad : {"-1", "1e3", " 5", "5 ", "64MB", "", "+1", "0x1f", "1,000",
+                          "18446744073709551616", "36893488147419103232"}) {
+    const Status status = parseUnsignedValue("SOME_VARIABLE", bad, &value);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
+    EXPECT_NE(status.message().find("SOME_VARIABLE"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find(std::string("'") + bad + "'"), std::string::npos)
+        << status.message();
+    EXPECT_EQ(value, 42u) << "a rejected value must not be stored ('" << bad << "')";
+  }
+  ASSERT_TRUE(parseUnsignedValue("X", "18446744073709551615", &value).isOk());
+  EXPECT_EQ(value, 18446744073709551615ull);
+  ASSERT_TRUE(parseUnsignedValue("X", "007", &value).isOk());
+  EXPECT_EQ(value, 7u);
+  ASSERT_TRUE(parseUnsignedValue("X", "0", &value).isOk());
+  EXPECT_EQ(value, 0u);
+}
+
+TEST(EnvTest, ParseNonNegativeNumberIsStrict) {
+  double value = 42;
+  for (const char* bad : {"-1", "-0.001", "", " 5", "5 ", "nan", "inf", "1e999", "0x10", "1,5",
+                          "5ms", "1e", "e5", "--1"}) {
+    const Status status = parseNonNegativeNumber("SOME_NUMBER", bad, &value);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
+    EXPECT_NE(status.message().find("SOME_NUMBER"), std::string::npos) << status.message();
+    EXPECT_EQ(value, 42.0) << "a rejected value must not be stored ('" << bad << "')";
+  }
+  ASSERT_TRUE(parseNonNegativeNumber("X", "0.25", &value).isOk());
+  EXPECT_EQ(value, 0.25);
+  ASSERT_TRUE(parseNonNegativeNumber("X", "1e3", &value).isOk());
+  EXPECT_EQ(value, 1000.0);
+  ASSERT_TRUE(parseNonNegativeNumber("X", "0", &value).isOk());
+  EXPECT_EQ(value, 0.0);
+}
+
+TEST(EnvTest, FirstInvalidVariableLeavesConfigUntouched) {
+  Config config;
+  config.fusionThresholdBytes = 5;
+  const Status status =
+      load({{"DETCOLL_FUSION_THRESHOLD", "1024"}, {"DETCOLL_LOG_LEVEL", "loud"}}, &config);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("DETCOLL_LOG_LEVEL"), std::string::npos) << status.message();
+  EXPECT_EQ(config.fusionThresholdBytes, 5u);
+}
+
+}  // namespace
+}  // namespace detcoll
