@@ -59,36 +59,6 @@ class MpiRequest : public Request {
   bool done_ = false;
 };
 
-MPI_Datatype mpiType(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return MPI_UINT16_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
-MPI_Op mpiOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAverage:
-      return MPI_SUM;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-  }
-  return MPI_OP_NULL;
-}
-
 // inout = in op inout, for the 16-bit float types MPI does not know.
 template <DataType kType, ReduceOp kOp>
 void halfOp(void* in, void* inout, int* length, MPI_Datatype*) {
@@ -110,6 +80,36 @@ MPI_Op halfMpiOp(ReduceOp op) {
 }
 
 }  // namespace
+
+MPI_Datatype mpiDataType(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpiReduceOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+  }
+  return MPI_OP_NULL;
+}
 
 Status mpiError(const char* call, int code) {
   char text[MPI_MAX_ERROR_STRING] = {0};
@@ -182,7 +182,7 @@ Status MpiCommunicator::barrier() {
 Status MpiCommunicator::nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
                                         ReduceOp op) {
   const size_t es = dataTypeSize(type);
-  MPI_Op mop = mpiOp(op);
+  MPI_Op mop = mpiReduceOp(op);
   if (type == DataType::kFloat16) mop = halfMpiOp<DataType::kFloat16>(op);
   if (type == DataType::kBFloat16) mop = halfMpiOp<DataType::kBFloat16>(op);
   const size_t maxCount = kMaxMessage / es;
@@ -190,7 +190,7 @@ Status MpiCommunicator::nativeAllreduce(const void* send, void* recv, size_t cou
     const int n = static_cast<int>(std::min(maxCount, count - offset));
     const void* in = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + offset * es;
     const int rc =
-        MPI_Allreduce(in, static_cast<char*>(recv) + offset * es, n, mpiType(type), mop, comm_);
+        MPI_Allreduce(in, static_cast<char*>(recv) + offset * es, n, mpiDataType(type), mop, comm_);
     if (rc != MPI_SUCCESS) return mpiError("MPI_Allreduce", rc);
   }
   if (op == ReduceOp::kAverage && count > 0) {

@@ -37,6 +37,12 @@ class MpiCommunicator : public Communicator {
   int size_ = 1;
 };
 
+// The MPI type of a dtype: float16 and bfloat16 travel as MPI_UINT16_T (MPI has no such float
+// types; nativeAllreduce reduces them with its own operations).
+MPI_Datatype mpiDataType(DataType type);
+// MPI's operation for a reduction; average is MPI_SUM (the division is done afterwards).
+MPI_Op mpiReduceOp(ReduceOp op);
+
 // Text of an MPI error code, as "MPI_Allreduce failed: <MPI's message>".
 Status mpiError(const char* call, int code);
 

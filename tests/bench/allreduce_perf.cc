@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/mpi_communicator.h"
 #include "detcoll.h"
 #include "tests/support/reference.h"
 
@@ -134,32 +135,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-MPI_Datatype mpiType(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    default:
-      return MPI_DATATYPE_NULL;  // 16-bit floats: MPI has no type; compared as detcoll native
-  }
-}
-
-MPI_Op mpiOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMin:
-      return MPI_MIN;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    default:
-      return MPI_SUM;  // average: MPI sums; the division is not timed for the peer
-  }
-}
-
 // Mean seconds per call of the slowest rank.
 template <typename Fn>
 double timeCalls(int calls, Fn fn) {
@@ -199,7 +174,11 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> ours(maxCount * es), peer(maxCount * es);
   std::vector<uint8_t> gathered(rank == 0 ? maxCount * es * p : 0), expected(maxCount * es);
 
-  const MPI_Datatype peerType = mpiType(o.type);
+  // MPI has no 16-bit float types: for those the peer is detcoll's native mode (MPI_Allreduce
+  // with user-defined operations).
+  const bool mpiKnowsType = o.type != DataType::kFloat16 && o.type != DataType::kBFloat16;
+  const MPI_Datatype peerType =
+      mpiKnowsType ? detcoll::collective::mpiDataType(o.type) : MPI_DATATYPE_NULL;
   const char* peerName = peerType == MPI_DATATYPE_NULL ? "detcoll-native" : "MPI_Allreduce";
   if (rank == 0) {
     std::printf(
@@ -234,8 +213,8 @@ int main(int argc, char** argv) {
                                 static_cast<detcoll_op_t>(o.op), "bench"));
         check(detcoll_set_mode(o.mode));
       } else {
-        MPI_Allreduce(input.data(), peer.data(), static_cast<int>(count), peerType, mpiOp(o.op),
-                      MPI_COMM_WORLD);
+        MPI_Allreduce(input.data(), peer.data(), static_cast<int>(count), peerType,
+                      detcoll::collective::mpiReduceOp(o.op), MPI_COMM_WORLD);
       }
     };
     for (int i = 0; i < o.warmup; ++i) {
