@@ -258,8 +258,4 @@ const void* CallAgreement::payload(int rank) const {
   return slots_.data() + rank * kSlot + sizeof(WireHeader);
 }
 
-size_t CallAgreement::payloadBytes(int rank) const {
-  return reinterpret_cast<const WireHeader*>(slots_.data() + rank * kSlot)->payloadBytes;
-}
-
 }  // namespace detcoll::collective

@@ -42,7 +42,6 @@ class CallAgreement {
                size_t payloadBytes);
 
   const void* payload(int rank) const;
-  size_t payloadBytes(int rank) const;
 
  private:
   std::vector<char> slots_;  // one slot per rank: header then inline payload

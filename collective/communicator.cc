@@ -63,10 +63,6 @@ Status Communicator::allgather(const void* send, void* recv, size_t bytes) {
   return Status::ok();
 }
 
-Status sendBytes(Communicator& comm, const void* data, size_t bytes, int peer, int tag) {
-  return comm.isend(data, bytes, peer, tag)->wait();
-}
-
 Status recvBytes(Communicator& comm, void* data, size_t bytes, int peer, int tag) {
   size_t received = 0;
   DETCOLL_RETURN_IF_ERROR(comm.irecv(data, bytes, peer, tag)->wait(&received));

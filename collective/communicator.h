@@ -49,7 +49,6 @@ class Communicator {
 };
 
 // Blocking helpers over isend/irecv.
-Status sendBytes(Communicator& comm, const void* data, size_t bytes, int peer, int tag);
 Status recvBytes(Communicator& comm, void* data, size_t bytes, int peer, int tag);
 // Waits for every request, even after a failure; returns the first failure.
 Status waitAll(std::unique_ptr<Request>* requests, size_t n);

@@ -11,6 +11,5 @@ constexpr int kTagAllgatherShard = 3;  // ordered allreduce: reduced shards to e
 constexpr int kTagBroadcast = 4;
 constexpr int kTagAllgather = 5;
 constexpr int kTagRing = 6;  // ring allreduce
-constexpr int kTagBarrier = 7;
 
 }  // namespace detcoll::collective
