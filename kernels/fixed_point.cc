@@ -1,0 +1,371 @@
+#include "kernels/fixed_point.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/fold.h"
+
+namespace detcoll::kernels {
+namespace {
+
+using u128 = unsigned __int128;
+
+struct Format {
+  int mantissaBits;  // explicit fraction bits
+  int exponentBits;
+  int bias;
+  int bytes;
+};
+
+Format formatOf(DataType type) {
+  switch (type) {
+    case DataType::kFloat64:
+      return {52, 11, 1023, 8};
+    case DataType::kFloat16:
+      return {10, 5, 15, 2};
+    case DataType::kBFloat16:
+      return {7, 8, 127, 2};
+    default:
+      return {23, 8, 127, 4};
+  }
+}
+
+uint64_t loadBits(const void* data, size_t i, int bytes) {
+  const char* p = static_cast<const char*>(data) + i * bytes;
+  switch (bytes) {
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+  }
+}
+
+void storeBits(void* data, size_t i, int bytes, uint64_t v) {
+  char* p = static_cast<char*>(data) + i * bytes;
+  switch (bytes) {
+    case 2: {
+      const uint16_t w = static_cast<uint16_t>(v);
+      std::memcpy(p, &w, 2);
+      return;
+    }
+    case 4: {
+      const uint32_t w = static_cast<uint32_t>(v);
+      std::memcpy(p, &w, 4);
+      return;
+    }
+    default:
+      std::memcpy(p, &v, 8);
+  }
+}
+
+uint32_t loadKey(const void* keys, size_t i, size_t keyBytes) {
+  if (keyBytes == 1) return static_cast<const uint8_t*>(keys)[i];
+  uint16_t k;
+  std::memcpy(&k, static_cast<const char*>(keys) + 2 * i, 2);
+  return k;
+}
+
+void storeKey(void* keys, size_t i, size_t keyBytes, uint32_t key) {
+  if (keyBytes == 1) {
+    static_cast<uint8_t*>(keys)[i] = static_cast<uint8_t>(key);
+  } else {
+    const uint16_t k = static_cast<uint16_t>(key);
+    std::memcpy(static_cast<char*>(keys) + 2 * i, &k, 2);
+  }
+}
+
+struct Fields {
+  bool negative;
+  uint32_t exponent;  // biased exponent field
+  uint64_t fraction;
+};
+
+Fields split(uint64_t bits, const Format& f) {
+  return {((bits >> (f.exponentBits + f.mantissaBits)) & 1) != 0,
+          static_cast<uint32_t>((bits >> f.mantissaBits) & ((1u << f.exponentBits) - 1)),
+          bits & ((uint64_t{1} << f.mantissaBits) - 1)};
+}
+
+uint32_t keyOf(uint64_t bits, const Format& f) {
+  const Fields x = split(bits, f);
+  const uint32_t allOnes = (1u << f.exponentBits) - 1;
+  if (x.exponent == allOnes) return allOnes;
+  if (x.exponent == 0 && x.fraction == 0) return 0;
+  return std::max<uint32_t>(x.exponent, 1);
+}
+
+uint64_t canonicalNaN(const Format& f) {
+  const uint64_t exponent = ((uint64_t{1} << f.exponentBits) - 1) << f.mantissaBits;
+  return exponent | (uint64_t{1} << (f.mantissaBits - 1));
+}
+
+bool isIntegerType(DataType type) {
+  return type == DataType::kInt32 || type == DataType::kInt64;
+}
+
+int64_t loadInteger(const void* data, size_t i, DataType type) {
+  if (type == DataType::kInt32) {
+    int32_t v;
+    std::memcpy(&v, static_cast<const char*>(data) + 4 * i, 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, static_cast<const char*>(data) + 8 * i, 8);
+  return v;
+}
+
+int64_t wrappingAdd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
+// Encoding of one float leaf on the grid of `key`: round(m * 2^shift), to nearest even.
+int64_t encodeValue(uint64_t bits, uint32_t key, const Format& f) {
+  const Fields x = split(bits, f);
+  if (x.exponent == 0 && x.fraction == 0) return 0;
+  const int effective = static_cast<int>(std::max<uint32_t>(x.exponent, 1));
+  const uint64_t m = x.fraction | (x.exponent != 0 ? uint64_t{1} << f.mantissaBits : 0);
+  const int shift = effective - static_cast<int>(key) + (61 - kHeadroomBits - f.mantissaBits);
+  uint64_t q;
+  if (shift >= 0) {
+    q = m << shift;  // shift <= 61 - H - mantissaBits: q < 2^(62 - H)
+  } else if (-shift >= 64) {
+    q = 0;  // m < 2^53 <= half a grid step
+  } else {
+    const int r = -shift;
+    q = m >> r;
+    const uint64_t rest = m & ((uint64_t{1} << r) - 1);
+    const uint64_t half = uint64_t{1} << (r - 1);
+    if (rest > half || (rest == half && (q & 1))) ++q;
+  }
+  return x.negative ? -static_cast<int64_t>(q) : static_cast<int64_t>(q);
+}
+
+int bitLength(u128 v) {
+  const uint64_t high = static_cast<uint64_t>(v >> 64);
+  const uint64_t low = static_cast<uint64_t>(v);
+  if (high != 0) return 128 - __builtin_clzll(high);
+  return low == 0 ? 0 : 64 - __builtin_clzll(low);
+}
+
+}  // namespace
+
+size_t exponentKeyBytes(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 1;
+    case DataType::kFloat64:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+uint32_t nonFiniteKey(DataType type) {
+  return (1u << formatOf(type).exponentBits) - 1;
+}
+
+uint64_t roundToFloatBits(bool negative, u128 magnitude, int exponent, bool sticky, DataType type) {
+  const Format f = formatOf(type);
+  const uint64_t sign = static_cast<uint64_t>(negative) << (f.exponentBits + f.mantissaBits);
+  if (magnitude == 0) return 0;
+  const int lead = exponent + bitLength(magnitude) - 1;  // exponent of the leading bit
+  const int minNormal = 1 - f.bias;
+  // Exponent of the result's last mantissa bit: fixed in the subnormal range.
+  int lsb = std::max(lead - f.mantissaBits, minNormal - f.mantissaBits);
+  const int drop = lsb - exponent;
+  u128 q;
+  if (drop <= 0) {
+    q = magnitude << (-drop);  // exact: at most mantissaBits + 1 bits
+  } else if (drop >= 128) {
+    return sign;  // far below the smallest subnormal: rounds to zero
+  } else {
+    q = magnitude >> drop;
+    const u128 rest = magnitude & ((u128{1} << drop) - 1);
+    const u128 half = u128{1} << (drop - 1);
+    if (rest > half || (rest == half && (sticky || (q & 1)))) ++q;
+  }
+  if (q >> (f.mantissaBits + 1)) {  // the rounding carried into a new leading bit
+    q >>= 1;
+    ++lsb;
+  }
+  uint64_t biased = 0;
+  uint64_t fraction = static_cast<uint64_t>(q);
+  if (q >> f.mantissaBits) {
+    biased = static_cast<uint64_t>(lsb + f.mantissaBits + f.bias);
+    fraction &= (uint64_t{1} << f.mantissaBits) - 1;
+  }
+  const uint64_t allOnes = (uint64_t{1} << f.exponentBits) - 1;
+  if (biased >= allOnes) return sign | (allOnes << f.mantissaBits);  // beyond the range: inf
+  return sign | (biased << f.mantissaBits) | fraction;
+}
+
+void localMaxKeys(void* keys, const void* const* leaves, int nleaves, size_t begin, size_t n,
+                  DataType type) {
+  const Format f = formatOf(type);
+  const size_t kb = exponentKeyBytes(type);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t key = 0;
+    for (int l = 0; l < nleaves; ++l)
+      key = std::max(key, keyOf(loadBits(leaves[l], begin + i, f.bytes), f));
+    storeKey(keys, i, kb, key);
+  }
+}
+
+void foldMaxKeys(void* out, const void* const* pieces, int p, size_t n, DataType type) {
+  const size_t kb = exponentKeyBytes(type);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t key = 0;
+    for (int j = 0; j < p; ++j) key = std::max(key, loadKey(pieces[j], i, kb));
+    storeKey(out, i, kb, key);
+  }
+}
+
+void encodeLeaves(int64_t* out, const void* const* leaves, int nleaves, const void* keys,
+                  size_t begin, size_t n, DataType type) {
+  if (isIntegerType(type)) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t sum = 0;
+      for (int l = 0; l < nleaves; ++l)
+        sum = wrappingAdd(sum, loadInteger(leaves[l], begin + i, type));
+      out[i] = sum;
+    }
+    return;
+  }
+  const Format f = formatOf(type);
+  const size_t kb = exponentKeyBytes(type);
+  const uint32_t special = nonFiniteKey(type);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = loadKey(keys, i, kb);
+    int64_t sum = 0;
+    if (key != special && key != 0) {
+      for (int l = 0; l < nleaves; ++l)
+        sum += encodeValue(loadBits(leaves[l], begin + i, f.bytes), key, f);
+    }
+    out[i] = sum;
+  }
+}
+
+void decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
+                DataType type, ReduceOp op, int64_t leaves) {
+  const bool average = op == ReduceOp::kAverage;
+  if (isIntegerType(type)) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t sum = 0;
+      for (int j = 0; j < p; ++j) sum = wrappingAdd(sum, pieces[j][i]);
+      if (average) sum /= leaves;
+      if (type == DataType::kInt32) {
+        const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(sum));
+        std::memcpy(static_cast<char*>(out) + 4 * i, &v, 4);
+      } else {
+        std::memcpy(static_cast<char*>(out) + 8 * i, &sum, 8);
+      }
+    }
+    return;
+  }
+  const Format f = formatOf(type);
+  const size_t kb = exponentKeyBytes(type);
+  const uint32_t special = nonFiniteKey(type);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = loadKey(keys, i, kb);
+    if (key == special) {
+      storeBits(out, i, f.bytes, canonicalNaN(f));  // fixed by applyNonFinite
+      continue;
+    }
+    int64_t sum = 0;  // exact: |sum| < 2^62 for at most 2^H leaves
+    for (int j = 0; j < p; ++j) sum += pieces[j][i];
+    const bool negative = sum < 0;
+    const u128 magnitude =
+        static_cast<u128>(negative ? -static_cast<uint64_t>(sum) : static_cast<uint64_t>(sum));
+    // The grid step of this element: 2^(key - bias + 1 - 62 + H).
+    const int grid = static_cast<int>(key) - f.bias - 61 + kHeadroomBits;
+    uint64_t bits;
+    if (average && leaves > 1 && magnitude != 0) {
+      const u128 scaled = magnitude << 64;
+      const u128 quotient = scaled / static_cast<u128>(leaves);
+      const bool sticky = quotient * static_cast<u128>(leaves) != scaled;
+      bits = roundToFloatBits(negative, quotient, grid - 64, sticky, type);
+    } else {
+      bits = roundToFloatBits(negative, magnitude, grid, false, type);
+    }
+    storeBits(out, i, f.bytes, bits);
+  }
+}
+
+void countNonFinite(int64_t* counts, const void* const* leaves, int nleaves, const void* keys,
+                    size_t count, DataType type) {
+  const Format f = formatOf(type);
+  const size_t kb = exponentKeyBytes(type);
+  const uint32_t special = nonFiniteKey(type);
+  size_t k = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (loadKey(keys, i, kb) != special) continue;
+    for (int l = 0; l < nleaves; ++l) {
+      const Fields x = split(loadBits(leaves[l], i, f.bytes), f);
+      if (x.exponent != special) continue;
+      ++counts[3 * k + (x.fraction != 0 ? 2 : (x.negative ? 1 : 0))];
+    }
+    ++k;
+  }
+}
+
+void applyNonFinite(void* out, const int64_t* counts, const void* keys, size_t count,
+                    DataType type) {
+  const Format f = formatOf(type);
+  const size_t kb = exponentKeyBytes(type);
+  const uint32_t special = nonFiniteKey(type);
+  const uint64_t infinity = static_cast<uint64_t>(special) << f.mantissaBits;
+  const uint64_t signBit = uint64_t{1} << (f.exponentBits + f.mantissaBits);
+  size_t k = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (loadKey(keys, i, kb) != special) continue;
+    const int64_t* c = counts + 3 * k++;
+    uint64_t bits = canonicalNaN(f);
+    if (c[2] == 0 && !(c[0] > 0 && c[1] > 0)) bits = c[0] > 0 ? infinity : (signBit | infinity);
+    storeBits(out, i, f.bytes, bits);
+  }
+}
+
+size_t countNonFiniteKeys(const void* keys, size_t count, DataType type) {
+  const size_t kb = exponentKeyBytes(type);
+  const uint32_t special = nonFiniteKey(type);
+  size_t n = 0;
+  for (size_t i = 0; i < count; ++i) n += loadKey(keys, i, kb) == special;
+  return n;
+}
+
+void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, size_t count,
+                          DataType type, ReduceOp op) {
+  if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
+    foldRankOrder(out, leaves, nleaves, count, type, op, 1);  // order-independent already
+    return;
+  }
+  const size_t kb = exponentKeyBytes(type);
+  std::vector<uint8_t> keys(count * kb);
+  if (kb > 0) localMaxKeys(keys.data(), leaves, nleaves, 0, count, type);
+  std::vector<int64_t> sums(count);
+  encodeLeaves(sums.data(), leaves, nleaves, keys.data(), 0, count, type);
+  std::vector<int64_t> counts;
+  if (kb > 0) {
+    counts.assign(3 * countNonFiniteKeys(keys.data(), count, type), 0);
+    countNonFinite(counts.data(), leaves, nleaves, keys.data(), count, type);
+  }
+  const int64_t* pieces[1] = {sums.data()};
+  decodeSums(out, pieces, 1, keys.data(), count, type, op, nleaves);
+  if (!counts.empty()) applyNonFinite(out, counts.data(), keys.data(), count, type);
+}
+
+}  // namespace detcoll::kernels
