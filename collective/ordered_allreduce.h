@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "collective/communicator.h"
 
@@ -16,14 +17,14 @@ struct OrderedAllreduceOptions {
 // The ordered allreduce (DESIGN.md section 1): every element of the result is the rank-order fold
 // of kernels/fold.h, identical on every rank, independent of how the buffer is split.
 //
-// A direct reduce-scatter keeps ring bandwidth: each round of P * segment elements is split into
-// P shards; rank j sends its piece of shard s to rank s, and rank s folds the P pieces of its
-// shard in rank order (its own piece read in place). Then the reduced shards are allgathered.
-// Every rank sends and receives 2(P-1)/P of the buffer, like a ring, in one step instead of P-1.
+// It runs on the direct reduce-scatter + allgather pipeline of direct_allreduce.h, which keeps ring
+// bandwidth; the owner of each shard folds the P pieces in rank order.
 //
 // No argument checks: the callers (collectives.h) have already agreed on the call on all ranks.
-// send == recv is in place.
+// send == recv is in place. Average divides by `divisor` (the world size when 0 or less; the
+// number of leaves when ranks contribute several).
 Status orderedAllreduce(Communicator& comm, const void* send, void* recv, size_t count,
-                        DataType type, ReduceOp op, const OrderedAllreduceOptions& options = {});
+                        DataType type, ReduceOp op, const OrderedAllreduceOptions& options = {},
+                        int64_t divisor = 0);
 
 }  // namespace detcoll::collective
