@@ -23,7 +23,8 @@ struct WireHeader {
   uint8_t op;
   uint8_t reserved;
   int32_t root;
-  uint32_t payloadBytes;
+  uint16_t payloadBytes;  // at most kInlineBytes
+  uint16_t leaves;
   uint64_t count;
   uint64_t nameHash;
 };
@@ -226,7 +227,8 @@ Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, con
   h.dtype = clampByte(mine.dtype);
   h.op = clampByte(mine.op);
   h.root = mine.root;
-  h.payloadBytes = static_cast<uint32_t>(mine.local.isOk() ? payloadBytes : 0);
+  h.payloadBytes = static_cast<uint16_t>(mine.local.isOk() ? payloadBytes : 0);
+  h.leaves = static_cast<uint16_t>(mine.leaves);
   h.count = mine.count;
   h.nameHash = hashName(mine.name);
 
@@ -252,6 +254,14 @@ Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, con
               reinterpret_cast<const WireDetail*>(details.data() + j * sizeof(WireDetail))};
   }
   return failure(all);
+}
+
+size_t CallAgreement::payloadBytes(int rank) const {
+  return reinterpret_cast<const WireHeader*>(slots_.data() + rank * kSlot)->payloadBytes;
+}
+
+int CallAgreement::leaves(int rank) const {
+  return reinterpret_cast<const WireHeader*>(slots_.data() + rank * kSlot)->leaves;
 }
 
 const void* CallAgreement::payload(int rank) const {

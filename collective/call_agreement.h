@@ -27,6 +27,7 @@ struct CallDescription {
   int dtype = 0;
   int op = 0;
   int root = 0;
+  int leaves = 1;  // buffers this rank contributes (allreduce); may differ between ranks
   uint64_t count = 0;
   Status local;  // this rank's own argument checks
 };
@@ -42,6 +43,8 @@ class CallAgreement {
                size_t payloadBytes);
 
   const void* payload(int rank) const;
+  size_t payloadBytes(int rank) const;
+  int leaves(int rank) const;
 
  private:
   std::vector<char> slots_;  // one slot per rank: header then inline payload

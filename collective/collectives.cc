@@ -1,8 +1,13 @@
 #include "collective/collectives.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "collective/invariant_allreduce.h"
+#include "kernels/fixed_point.h"
 #include "kernels/fold.h"
 
 namespace detcoll::collective {
@@ -43,37 +48,138 @@ void checkDtype(LocalChecks& checks, int dtype, size_t count, size_t factor) {
 
 Status Collectives::allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype,
                               int op, const char* name, const Status& precheck) {
+  const void* leaves[1] = {send};
+  return reduce(mode, leaves, 1, recv, count, dtype, op, name, precheck, true);
+}
+
+Status Collectives::allreduceLeaves(Mode mode, const void* const* leaves, int nleaves, void* recv,
+                                    size_t count, int dtype, int op, const char* name,
+                                    const Status& precheck) {
+  return reduce(mode, leaves, nleaves, recv, count, dtype, op, name, precheck, false);
+}
+
+Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, void* recv,
+                           size_t count, int dtype, int op, const char* name,
+                           const Status& precheck, bool single) {
   LocalChecks checks(precheck);
   checkDtype(checks, dtype, count, 1);
   checks.require(isValidReduceOp(op), [&] { return "unknown reduction op " + std::to_string(op); });
-  checks.require(count == 0 || send != nullptr,
-                 [&] { return "sendbuf is null while count is " + std::to_string(count); });
+  checks.require(leaves != nullptr, [&] { return "leaves is null"; });
+  checks.require(nleaves >= 1 && nleaves <= 65535, [&] {
+    return "nleaves is " + std::to_string(nleaves) + "; a rank contributes 1 to 65535 leaves";
+  });
+  const int n = checks.status().isOk() ? nleaves : 0;
+  auto leafName = [&](int l) {
+    return single ? std::string("sendbuf") : "leaves[" + std::to_string(l) + "]";
+  };
+  for (int l = 0; l < n; ++l) {
+    checks.require(count == 0 || leaves[l] != nullptr, [&] {
+      return leafName(l) + " is null while count is " + std::to_string(count);
+    });
+  }
   checks.require(count == 0 || recv != nullptr,
                  [&] { return "recvbuf is null while count is " + std::to_string(count); });
   const size_t bytes =
       checks.status().isOk() ? count * dataTypeSize(static_cast<DataType>(dtype)) : 0;
-  checks.require(!overlapsPartially(send, bytes, recv, bytes),
-                 [&] { return "sendbuf and recvbuf overlap without being the same buffer"; });
-
-  CallDescription call{
-      CallKind::kAllreduce, name ? name : "", static_cast<int>(mode), dtype, op, 0, count,
-      checks.status()};
-  const bool inlined = mode != Mode::kNative && bytes <= CallAgreement::kInlineBytes;
-  DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, send, inlined ? bytes : 0));
-  if (count == 0) return Status::ok();
-
+  for (int l = 0; l < n; ++l) {
+    checks.require(!overlapsPartially(leaves[l], bytes, recv, bytes), [&] {
+      return leafName(l) + " and recvbuf overlap without being the same buffer";
+    });
+  }
   const auto type = static_cast<DataType>(dtype);
   const auto reduceOp = static_cast<ReduceOp>(op);
-  const int p = comm_.size();
-  if (mode == Mode::kNative) return comm_.nativeAllreduce(send, recv, count, type, reduceOp);
-  if (inlined) {
-    // Every rank holds every input: each folds them all, in rank order, to the same bits.
-    inputs_.resize(p);
-    for (int j = 0; j < p; ++j) inputs_[j] = j == comm_.rank() ? send : agreement_.payload(j);
-    kernels::foldRankOrder(recv, inputs_.data(), p, count, type, reduceOp, p);
-    return Status::ok();
+
+  // What travels inline with the call description: in ordered mode this rank's contribution
+  // (its leaves folded first when it has several), in invariant mode all its leaves.
+  const void* payload = nullptr;
+  size_t payloadBytes = 0;
+  const bool ok = checks.status().isOk();
+  if (ok && mode == Mode::kOrdered && bytes <= CallAgreement::kInlineBytes) {
+    payload = contribution(leaves, n, count, type, reduceOp);
+    payloadBytes = bytes;
+  } else if (ok && mode == Mode::kInvariant && n * bytes <= CallAgreement::kInlineBytes) {
+    staged_.resize(n * bytes);
+    for (int l = 0; l < n; ++l) std::memcpy(staged_.data() + l * bytes, leaves[l], bytes);
+    payload = staged_.data();
+    payloadBytes = n * bytes;
   }
-  return orderedAllreduce(comm_, send, recv, count, type, reduceOp, ordered_);
+  CallDescription call;
+  call.kind = CallKind::kAllreduce;
+  call.name = name ? name : "";
+  call.mode = static_cast<int>(mode);
+  call.dtype = dtype;
+  call.op = op;
+  call.leaves = std::max(n, 1);
+  call.count = count;
+  call.local = checks.status();
+  DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, payload, payloadBytes));
+  if (count == 0) return Status::ok();
+
+  const int p = comm_.size();
+  int64_t total = 0;
+  for (int j = 0; j < p; ++j) total += agreement_.leaves(j);
+  switch (mode) {
+    case Mode::kNative: {
+      const void* send = contribution(leaves, n, count, type, reduceOp);
+      if (reduceOp != ReduceOp::kAverage)
+        return comm_.nativeAllreduce(send, recv, count, type, reduceOp);
+      DETCOLL_RETURN_IF_ERROR(comm_.nativeAllreduce(send, recv, count, type, ReduceOp::kSum));
+      const void* sum[1] = {recv};
+      kernels::foldRankOrder(recv, sum, 1, count, type, ReduceOp::kAverage, total);
+      return Status::ok();
+    }
+    case Mode::kOrdered: {
+      if (payload != nullptr) {
+        // Every rank holds every contribution: each folds them all, in rank order, to the same
+        // bits.
+        inputs_.resize(p);
+        for (int j = 0; j < p; ++j)
+          inputs_[j] = j == comm_.rank() ? payload : agreement_.payload(j);
+        kernels::foldRankOrder(recv, inputs_.data(), p, count, type, reduceOp, total);
+        return Status::ok();
+      }
+      const void* send = contribution(leaves, n, count, type, reduceOp);
+      return orderedAllreduce(comm_, send, recv, count, type, reduceOp, ordered_, total);
+    }
+    case Mode::kInvariant: {
+      if (total > kernels::kMaxLeaves) {
+        return Status::invalidArgument("allreduce '" + std::string(name ? name : "") +
+                                       "': " + std::to_string(total) +
+                                       " leaves in total; the invariant mode sums at most " +
+                                       std::to_string(kernels::kMaxLeaves) + " exactly");
+      }
+      bool allInline = true;
+      for (int j = 0; j < p; ++j) {
+        allInline = allInline && agreement_.payloadBytes(j) == agreement_.leaves(j) * bytes;
+      }
+      if (!allInline) {
+        return invariantAllreduce(comm_, leaves, n, recv, count, type, reduceOp, total,
+                                  ordered_.segmentBytes);
+      }
+      // Every rank holds every leaf: each reduces them all locally, to the same bits.
+      inputs_.clear();
+      for (int j = 0; j < p; ++j) {
+        const char* base = static_cast<const char*>(agreement_.payload(j));
+        if (j == comm_.rank()) base = staged_.data();
+        for (int l = 0; l < agreement_.leaves(j); ++l) inputs_.push_back(base + l * bytes);
+      }
+      kernels::invariantReduceLocal(recv, inputs_.data(), static_cast<int>(total), count, type,
+                                    reduceOp);
+      return Status::ok();
+    }
+  }
+  return Status::internal("unknown mode " + std::to_string(static_cast<int>(mode)));
+}
+
+// This rank's contribution in ordered and native mode: its one leaf, or its leaves folded in
+// order (summed for average) into a scratch buffer.
+const void* Collectives::contribution(const void* const* leaves, int n, size_t count, DataType type,
+                                      ReduceOp op) {
+  if (n == 1) return leaves[0];
+  staged_.resize(count * dataTypeSize(type));
+  kernels::foldRankOrder(staged_.data(), leaves, n, count, type,
+                         op == ReduceOp::kAverage ? ReduceOp::kSum : op, 1);
+  return staged_.data();
 }
 
 Status Collectives::broadcast(void* data, size_t count, int dtype, int root, const char* name,
@@ -86,8 +192,13 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
     return "root " + std::to_string(root) + " is not a rank of a world of " +
            std::to_string(comm_.size());
   });
-  CallDescription call{CallKind::kBroadcast, name ? name : "", 0, dtype, 0, root, count,
-                       checks.status()};
+  CallDescription call;
+  call.kind = CallKind::kBroadcast;
+  call.name = name ? name : "";
+  call.dtype = dtype;
+  call.root = root;
+  call.count = count;
+  call.local = checks.status();
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
   if (count == 0) return Status::ok();
   return comm_.broadcast(data, count * dataTypeSize(static_cast<DataType>(dtype)), root);
@@ -108,15 +219,22 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
     checks.require(send == slot || !overlapsPartially(send, bytes, recv, bytes * p),
                    [&] { return "sendbuf overlaps recvbuf other than at this rank's slot"; });
   }
-  CallDescription call{CallKind::kAllgather, name ? name : "", 0, dtype, 0, 0, count,
-                       checks.status()};
+  CallDescription call;
+  call.kind = CallKind::kAllgather;
+  call.name = name ? name : "";
+  call.dtype = dtype;
+  call.count = count;
+  call.local = checks.status();
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
   if (count == 0) return Status::ok();
   return comm_.allgather(send, recv, count * dataTypeSize(static_cast<DataType>(dtype)));
 }
 
 Status Collectives::agreeOnInit(Mode mode, const Status& local) {
-  CallDescription call{CallKind::kInit, "", static_cast<int>(mode), 0, 0, 0, 0, local};
+  CallDescription call;
+  call.kind = CallKind::kInit;
+  call.mode = static_cast<int>(mode);
+  call.local = local;
   return agreement_.agree(comm_, call, nullptr, 0);
 }
 

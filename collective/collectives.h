@@ -25,6 +25,12 @@ class Collectives {
   // agreement so every rank returns it). dtype and op are the caller's raw values.
   Status allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype, int op,
                    const char* name, const Status& precheck = Status::ok());
+  // Each rank contributes nleaves (1 to 65535, may differ between ranks) buffers; average divides
+  // by the number of leaves over all ranks. Invariant mode: the result depends only on the
+  // multiset of leaves. Ordered and native: each rank first folds its leaves in order.
+  Status allreduceLeaves(Mode mode, const void* const* leaves, int nleaves, void* recv,
+                         size_t count, int dtype, int op, const char* name,
+                         const Status& precheck = Status::ok());
   Status broadcast(void* data, size_t count, int dtype, int root, const char* name,
                    const Status& precheck = Status::ok());
   // recv holds size() * count elements, rank j's at offset j * count.
@@ -34,10 +40,16 @@ class Collectives {
   Status agreeOnInit(Mode mode, const Status& local);
 
  private:
+  Status reduce(Mode mode, const void* const* leaves, int nleaves, void* recv, size_t count,
+                int dtype, int op, const char* name, const Status& precheck, bool single);
+  const void* contribution(const void* const* leaves, int n, size_t count, DataType type,
+                           ReduceOp op);
+
   Communicator& comm_;
   CallAgreement agreement_;
   OrderedAllreduceOptions ordered_;
   std::vector<const void*> inputs_;
+  std::vector<char> staged_;  // folded or concatenated leaves
 };
 
 }  // namespace detcoll::collective

@@ -57,7 +57,9 @@ DETCOLL_API int detcoll_size(void);
 DETCOLL_API int detcoll_local_rank(void);
 DETCOLL_API int detcoll_local_size(void);
 
-/* Overrides DETCOLL_DETERMINISM, before or after init; every rank must set the same mode. */
+/* Overrides DETCOLL_DETERMINISM, before or after init; every rank must set the same mode.
+ * native: MPI_Allreduce. ordered: each element is the left fold in rank order. invariant: the
+ * exact sum rounded once, independent of world size too (see README). */
 DETCOLL_API detcoll_status_t detcoll_set_mode(detcoll_mode_t mode);
 DETCOLL_API detcoll_mode_t detcoll_get_mode(void);
 
@@ -66,8 +68,11 @@ DETCOLL_API detcoll_mode_t detcoll_get_mode(void);
 DETCOLL_API detcoll_status_t detcoll_allreduce(const void* sendbuf, void* recvbuf, size_t count,
                                                detcoll_dtype_t dtype, detcoll_op_t op,
                                                const char* name);
-/* Each rank contributes nleaves buffers (leaves); the result is the reduction of all of them.
- * This version accepts nleaves == 1 only (the invariant mode brings more). */
+/* Each rank contributes nleaves buffers (leaves, 1 to 65535; the count may differ between ranks);
+ * the result is the reduction of all of them, and average divides by the number of leaves over
+ * all ranks. In invariant mode the result depends only on the multiset of leaves (at most 65536
+ * in total), not on how they are spread over ranks. In ordered and native mode each rank first
+ * folds its own leaves in order. recvbuf may be one of the leaves. */
 DETCOLL_API detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves,
                                                       void* recvbuf, size_t count,
                                                       detcoll_dtype_t dtype, detcoll_op_t op,

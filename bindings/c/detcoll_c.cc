@@ -52,15 +52,6 @@ Mode currentMode() {
   return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
 }
 
-Status checkModeAvailable(Mode mode, const std::string& source) {
-  if (mode == Mode::kInvariant) {
-    return Status::invalidArgument(source +
-                                   ": the invariant mode is not available in this version of "
-                                   "detcoll; use native or ordered");
-  }
-  return Status::ok();
-}
-
 Status notInitialized(const char* call) {
   return Status::notInitialized(std::string(call) + " called before detcoll_init");
 }
@@ -113,12 +104,7 @@ Status initialize() {
   setLogRank(runtime->comm->rank());
 
   Status local = loadConfig(processEnvironment(), &runtime->config);
-  if (local.isOk()) {
-    setLogLevel(runtime->config.logLevel);
-    local = g_modeOverride
-                ? checkModeAvailable(*g_modeOverride, "detcoll_set_mode")
-                : checkModeAvailable(runtime->config.mode, "DETCOLL_DETERMINISM=invariant");
-  }
+  if (local.isOk()) setLogLevel(runtime->config.logLevel);
   runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.mode;
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
@@ -191,8 +177,6 @@ detcoll_status_t detcoll_set_mode(detcoll_mode_t mode) {
     return finish(Status::invalidArgument("detcoll_set_mode: unknown mode " +
                                           std::to_string(static_cast<int>(mode))));
   }
-  const Status available = checkModeAvailable(static_cast<Mode>(mode), "detcoll_set_mode");
-  if (!available.isOk()) return finish(available);
   g_modeOverride = static_cast<Mode>(mode);
   return DETCOLL_SUCCESS;
 }
@@ -219,19 +203,15 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_runtime) return finish(notInitialized("detcoll_allreduce_leaves"));
   Status precheck;
-  if (leaves == nullptr) {
-    precheck = Status::invalidArgument("leaves is null");
-  } else if (nleaves != 1) {
-    precheck = Status::invalidArgument(
-        "nleaves is " + std::to_string(nleaves) +
-        "; this version reduces exactly one leaf per rank (several need the invariant mode)");
+  if (leaves != nullptr && nleaves >= 1 && nleaves <= 65535) {  // else the collective says why
+    for (int l = 0; l < nleaves && precheck.isOk(); ++l) {
+      precheck = checkHostMemory(leaves[l], "a leaf");
+    }
   }
-  const void* send = precheck.isOk() ? leaves[0] : nullptr;
-  if (precheck.isOk()) precheck = checkHostMemory(send, "leaves[0]");
   if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
-  return finish(g_runtime->collectives->allreduce(currentMode(), send, recvbuf, count,
-                                                  static_cast<int>(dtype), static_cast<int>(op),
-                                                  name, precheck));
+  return finish(g_runtime->collectives->allreduceLeaves(currentMode(), leaves, nleaves, recvbuf,
+                                                        count, static_cast<int>(dtype),
+                                                        static_cast<int>(op), name, precheck));
 }
 
 detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtype, int root,

@@ -1,0 +1,118 @@
+#include "collective/invariant_allreduce.h"
+
+#include <vector>
+
+#include "collective/direct_allreduce.h"
+#include "kernels/fixed_point.h"
+#include "kernels/fold.h"
+
+namespace detcoll::collective {
+namespace {
+
+// The leaves' elements from `begin` on.
+class LeafView {
+ public:
+  LeafView(const void* const* leaves, int nleaves, size_t elementBytes)
+      : leaves_(leaves, leaves + nleaves), offset_(nleaves), elementBytes_(elementBytes) {}
+  const void* const* at(size_t begin) {
+    for (size_t l = 0; l < leaves_.size(); ++l) {
+      offset_[l] = static_cast<const char*>(leaves_[l]) + begin * elementBytes_;
+    }
+    return offset_.data();
+  }
+
+ private:
+  std::vector<const void*> leaves_;
+  std::vector<const void*> offset_;
+  size_t elementBytes_;
+};
+
+Status minMax(Communicator& comm, const void* const* leaves, int nleaves, void* recv, size_t count,
+              DataType type, ReduceOp op, size_t segmentBytes) {
+  const size_t es = dataTypeSize(type);
+  LeafView view(leaves, nleaves, es);
+  DirectAllreduce spec;
+  spec.count = count;
+  spec.inBytes = spec.outBytes = es;
+  spec.output = recv;
+  spec.segmentBytes = segmentBytes;
+  if (nleaves == 1) {
+    spec.input = leaves[0];
+  } else {
+    spec.encode = [&](size_t begin, size_t n, void* dst) {
+      kernels::foldRankOrder(dst, view.at(begin), nleaves, n, type, op, 1);
+    };
+  }
+  spec.fold = [&](void* out, const void* const* pieces, int p, size_t, size_t n) {
+    kernels::foldRankOrder(out, pieces, p, n, type, op, 1);
+  };
+  return runDirectAllreduce(comm, spec);
+}
+
+}  // namespace
+
+Status invariantAllreduce(Communicator& comm, const void* const* leaves, int nleaves, void* recv,
+                          size_t count, DataType type, ReduceOp op, int64_t totalLeaves,
+                          size_t segmentBytes) {
+  if (count == 0) return Status::ok();
+  if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
+    return minMax(comm, leaves, nleaves, recv, count, type, op, segmentBytes);
+  }
+  const size_t es = dataTypeSize(type);
+  const size_t kb = kernels::exponentKeyBytes(type);
+
+  // 1. Every element's key, on every rank.
+  std::vector<uint8_t> keys(count * kb);
+  if (kb > 0) {
+    DirectAllreduce spec;
+    spec.count = count;
+    spec.inBytes = spec.outBytes = kb;
+    spec.output = keys.data();
+    spec.segmentBytes = segmentBytes * kb / sizeof(int64_t);
+    spec.encode = [&](size_t begin, size_t n, void* dst) {
+      kernels::localMaxKeys(dst, leaves, nleaves, begin, n, type);
+    };
+    spec.fold = [&](void* out, const void* const* pieces, int p, size_t, size_t n) {
+      kernels::foldMaxKeys(out, pieces, p, n, type);
+    };
+    DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
+  }
+
+  // 2. Non-finite leaves, counted before the sums may write over them (recv may be a leaf).
+  std::vector<int64_t> counts;
+  const size_t nonFinite = kb > 0 ? kernels::countNonFiniteKeys(keys.data(), count, type) : 0;
+  if (nonFinite > 0) {
+    counts.assign(3 * nonFinite, 0);
+    kernels::countNonFinite(counts.data(), leaves, nleaves, keys.data(), count, type);
+    DirectAllreduce spec;
+    spec.count = counts.size();
+    spec.inBytes = spec.outBytes = sizeof(int64_t);
+    spec.input = spec.output = counts.data();
+    spec.segmentBytes = segmentBytes;
+    spec.fold = [](void* out, const void* const* pieces, int p, size_t, size_t n) {
+      kernels::foldRankOrder(out, pieces, p, n, DataType::kInt64, ReduceOp::kSum, 1);
+    };
+    DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
+  }
+
+  // 3. Exact sums, rounded once by the owner of each shard.
+  DirectAllreduce spec;
+  spec.count = count;
+  spec.inBytes = sizeof(int64_t);
+  spec.outBytes = es;
+  spec.output = recv;
+  spec.segmentBytes = segmentBytes;
+  spec.encode = [&](size_t begin, size_t n, void* dst) {
+    kernels::encodeLeaves(static_cast<int64_t*>(dst), leaves, nleaves, keys.data() + begin * kb,
+                          begin, n, type);
+  };
+  spec.fold = [&](void* out, const void* const* pieces, int p, size_t begin, size_t n) {
+    kernels::decodeSums(out, reinterpret_cast<const int64_t* const*>(pieces), p,
+                        keys.data() + begin * kb, n, type, op, totalLeaves);
+  };
+  DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
+  if (nonFinite > 0) kernels::applyNonFinite(recv, counts.data(), keys.data(), count, type);
+  return Status::ok();
+}
+
+}  // namespace detcoll::collective

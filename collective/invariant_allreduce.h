@@ -1,0 +1,29 @@
+#pragma once
+
+// The invariant allreduce (DESIGN.md section 1): an exact sum whose bits depend only on the
+// multiset of leaves, whatever the world size, rank order, spread of leaves over ranks, buffer
+// splitting or algorithm. The codec is kernels/fixed_point.h; the passes run on the pipeline of
+// direct_allreduce.h:
+//   1. keys: each element's largest exponent over every leaf (reduce-scatter of 1- or 2-byte
+//      keys, max, allgather), so every rank knows every element's grid;
+//   2. non-finite counts, only when a key says some leaf is inf or NaN (rare; int64 sums);
+//   3. sums: each rank encodes and sums its leaves to int64 per round, the owner of a shard adds
+//      the P pieces exactly and rounds once to the dtype, and the results are allgathered.
+// Min and max are order-independent already: leaves are folded locally, then across ranks.
+// Integers skip the keys.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collective/communicator.h"
+
+namespace detcoll::collective {
+
+// leaves: this rank's nleaves >= 1 buffers of count elements; recv may equal one of them.
+// totalLeaves: the number of leaves over all ranks (at most kernels::kMaxLeaves), the divisor of
+// average. No argument checks (see collectives.h).
+Status invariantAllreduce(Communicator& comm, const void* const* leaves, int nleaves, void* recv,
+                          size_t count, DataType type, ReduceOp op, int64_t totalLeaves,
+                          size_t segmentBytes = 1 << 20);
+
+}  // namespace detcoll::collective
