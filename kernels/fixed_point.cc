@@ -159,6 +159,98 @@ int bitLength(u128 v) {
   return low == 0 ? 0 : 64 - __builtin_clzll(low);
 }
 
+// float32 fast paths. Same bits as the general code above, by exact double arithmetic:
+// power-of-two scalings are exact, and adding then subtracting 1.5 * 2^52 rounds a double of
+// magnitude below 2^51 to an integer, ties to even, whose two's complement is the difference of
+// the bit patterns. The loops have no branches, so they vectorize.
+constexpr double kRoundMagic = 6755399441055744.0;  // 1.5 * 2^52
+constexpr int64_t kRoundMagicBits = 0x4338000000000000;
+
+inline double doubleFromBits(uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+}
+inline int64_t bitsFromDouble(double d) {
+  int64_t bits;
+  std::memcpy(&bits, &d, 8);
+  return bits;
+}
+
+inline uint32_t float32Key(uint32_t bits) {
+  const uint32_t exponent = (bits >> 23) & 0xffu;
+  return exponent + static_cast<uint32_t>(exponent == 0 && (bits & 0x7fffffffu) != 0);
+}
+
+void localMaxKeysFloat32(uint8_t* keys, const void* const* leaves, int nleaves, size_t begin,
+                         size_t n) {
+  const uint32_t* x0 = static_cast<const uint32_t*>(leaves[0]) + begin;
+  for (size_t i = 0; i < n; ++i) keys[i] = static_cast<uint8_t>(float32Key(x0[i]));
+  for (int l = 1; l < nleaves; ++l) {
+    const uint32_t* x = static_cast<const uint32_t*>(leaves[l]) + begin;
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t k = static_cast<uint8_t>(float32Key(x[i]));
+      keys[i] = k > keys[i] ? k : keys[i];
+    }
+  }
+}
+
+// out[i] (+)= round(x * 2^(172 - key)): the grid of kHeadroomBits = 16 for float32.
+void encodeFloat32(int64_t* out, const void* leaf, const uint8_t* keys, size_t begin, size_t n,
+                   bool accumulate) {
+  static_assert(kHeadroomBits == 16, "the float32 fast path assumes H = 16");
+  const float* x = static_cast<const float*>(leaf) + begin;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = keys[i];
+    const bool usable = key != 0 && key != 255;
+    const double scale = doubleFromBits((1023 + 172 - key) << 52);
+    const double rounded = (static_cast<double>(x[i]) * scale + kRoundMagic);
+    const int64_t q = usable ? bitsFromDouble(rounded) - kRoundMagicBits : 0;
+    out[i] = accumulate ? out[i] + q : q;
+  }
+}
+
+// The exact decode of the general code for the elements the double path cannot settle.
+uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType type, bool average,
+                   int64_t leaves);
+
+// out[i] = sum of pieces, times 2^(key - 172), divided by leaves for average, rounded once.
+// Returns the elements left for the exact path in `slow`.
+void decodeFloat32(float* out, const int64_t* const* pieces, int p, const uint8_t* keys, size_t n,
+                   bool average, int64_t leaves, std::vector<uint32_t>& slow) {
+  constexpr size_t kBlock = 1024;
+  int64_t sums[kBlock];
+  uint8_t needsExact[kBlock];
+  const double divisor = static_cast<double>(leaves);
+  for (size_t base = 0; base < n; base += kBlock) {
+    const size_t m = std::min(kBlock, n - base);
+    for (size_t i = 0; i < m; ++i) sums[i] = pieces[0][base + i];
+    for (int j = 1; j < p; ++j) {
+      for (size_t i = 0; i < m; ++i) sums[i] += pieces[j][base + i];
+    }
+    for (size_t i = 0; i < m; ++i) {
+      const int64_t t = sums[i];
+      const uint64_t key = keys[base + i];
+      // |t| < 2^51: exact as a double through the magic constant.
+      const bool small = static_cast<uint64_t>(t + (int64_t{1} << 51)) < (uint64_t{1} << 52);
+      double d = doubleFromBits(static_cast<uint64_t>(t + kRoundMagicBits)) - kRoundMagic;
+      if (average) d = d / divisor;                                   // one rounding to double
+      const double v = d * doubleFromBits((1023 + key - 172) << 52);  // exact
+      const float result = static_cast<float>(v);                     // one rounding to float
+      // After a division, a double that sits exactly on a float midpoint may hide which way the
+      // exact quotient lies; so may one in float's subnormal range. Those take the exact path.
+      const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
+      const bool midpoint = average && (vb & 0x1fffffffu) == 0x10000000u;
+      const bool tiny = average && (vb & 0x7fffffffffffffffu) < 0x3810000000000000u && t != 0;
+      needsExact[i] = static_cast<uint8_t>(!small || midpoint || tiny || key == 255);
+      out[base + i] = key == 0 ? 0.0f : result;
+    }
+    for (size_t i = 0; i < m; ++i) {
+      if (needsExact[i]) slow.push_back(static_cast<uint32_t>(base + i));
+    }
+  }
+  (void)sums;
+}
 }  // namespace
 
 size_t exponentKeyBytes(DataType type) {
@@ -213,8 +305,34 @@ uint64_t roundToFloatBits(bool negative, u128 magnitude, int exponent, bool stic
   return sign | (biased << f.mantissaBits) | fraction;
 }
 
+namespace {
+
+uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType type, bool average,
+                   int64_t leaves) {
+  if (key == static_cast<uint32_t>((1 << f.exponentBits) - 1)) {
+    return canonicalNaN(f);  // fixed by applyNonFinite
+  }
+  const bool negative = sum < 0;
+  const u128 magnitude =
+      static_cast<u128>(negative ? -static_cast<uint64_t>(sum) : static_cast<uint64_t>(sum));
+  // The grid step of this element: 2^(key - bias + 1 - 62 + H).
+  const int grid = static_cast<int>(key) - f.bias - 61 + kHeadroomBits;
+  if (average && leaves > 1 && magnitude != 0) {
+    const u128 scaled = magnitude << 64;
+    const u128 quotient = scaled / static_cast<u128>(leaves);
+    const bool sticky = quotient * static_cast<u128>(leaves) != scaled;
+    return roundToFloatBits(negative, quotient, grid - 64, sticky, type);
+  }
+  return roundToFloatBits(negative, magnitude, grid, false, type);
+}
+
+}  // namespace
+
 void localMaxKeys(void* keys, const void* const* leaves, int nleaves, size_t begin, size_t n,
                   DataType type) {
+  if (type == DataType::kFloat32) {
+    return localMaxKeysFloat32(static_cast<uint8_t*>(keys), leaves, nleaves, begin, n);
+  }
   const Format f = formatOf(type);
   const size_t kb = exponentKeyBytes(type);
   for (size_t i = 0; i < n; ++i) {
@@ -242,6 +360,12 @@ void encodeLeaves(int64_t* out, const void* const* leaves, int nleaves, const vo
       for (int l = 0; l < nleaves; ++l)
         sum = wrappingAdd(sum, loadInteger(leaves[l], begin + i, type));
       out[i] = sum;
+    }
+    return;
+  }
+  if (type == DataType::kFloat32) {
+    for (int l = 0; l < nleaves; ++l) {
+      encodeFloat32(out, leaves[l], static_cast<const uint8_t*>(keys), begin, n, l > 0);
     }
     return;
   }
@@ -278,31 +402,19 @@ void decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys
   }
   const Format f = formatOf(type);
   const size_t kb = exponentKeyBytes(type);
-  const uint32_t special = nonFiniteKey(type);
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t key = loadKey(keys, i, kb);
-    if (key == special) {
-      storeBits(out, i, f.bytes, canonicalNaN(f));  // fixed by applyNonFinite
-      continue;
-    }
+  auto exact = [&](size_t i) {
     int64_t sum = 0;  // exact: |sum| < 2^62 for at most 2^H leaves
     for (int j = 0; j < p; ++j) sum += pieces[j][i];
-    const bool negative = sum < 0;
-    const u128 magnitude =
-        static_cast<u128>(negative ? -static_cast<uint64_t>(sum) : static_cast<uint64_t>(sum));
-    // The grid step of this element: 2^(key - bias + 1 - 62 + H).
-    const int grid = static_cast<int>(key) - f.bias - 61 + kHeadroomBits;
-    uint64_t bits;
-    if (average && leaves > 1 && magnitude != 0) {
-      const u128 scaled = magnitude << 64;
-      const u128 quotient = scaled / static_cast<u128>(leaves);
-      const bool sticky = quotient * static_cast<u128>(leaves) != scaled;
-      bits = roundToFloatBits(negative, quotient, grid - 64, sticky, type);
-    } else {
-      bits = roundToFloatBits(negative, magnitude, grid, false, type);
-    }
-    storeBits(out, i, f.bytes, bits);
+    storeBits(out, i, f.bytes, decodeOne(sum, loadKey(keys, i, kb), f, type, average, leaves));
+  };
+  if (type == DataType::kFloat32) {
+    std::vector<uint32_t> slow;
+    decodeFloat32(static_cast<float*>(out), pieces, p, static_cast<const uint8_t*>(keys), n,
+                  average, leaves, slow);
+    for (uint32_t i : slow) exact(i);
+    return;
   }
+  for (size_t i = 0; i < n; ++i) exact(i);
 }
 
 void countNonFinite(int64_t* counts, const void* const* leaves, int nleaves, const void* keys,

@@ -6,7 +6,8 @@
 // alternating in blocks, so both see the same machine state. time is the mean of the slowest
 // rank's time per call; algbw = bytes / time; busbw = algbw * 2(P-1)/P. #wrong counts elements
 // whose bits differ from the independent reference (the rank-order fold of the gathered inputs,
-// computed on rank 0) in ordered mode, or from rank 0's result (every rank must agree) in native
+// computed on rank 0) in ordered mode, from the gathered inputs reduced by one process in
+// invariant mode (the np = 1 result), or from rank 0's result (every rank must agree) in native
 // mode. ratio = detcoll busbw / MPI_Allreduce busbw.
 
 #include <mpi.h>
@@ -20,6 +21,7 @@
 
 #include "collective/mpi_communicator.h"
 #include "detcoll.h"
+#include "kernels/fixed_point.h"
 #include "tests/support/reference.h"
 
 namespace {
@@ -65,7 +67,7 @@ size_t parseSize(const char* text) {
   std::fprintf(stderr,
                "%s\nusage: detcoll_allreduce_perf [-b minbytes] [-e maxbytes] [-f factor] "
                "[-n iters] [-w warmup] [-d float|double|half|bfloat16|int32|int64] "
-               "[-o sum|avg|min|max] [-m ordered|native] [-c 0|1]\n",
+               "[-o sum|avg|min|max] [-m ordered|native|invariant] [-c 0|1]\n",
                message);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -123,6 +125,8 @@ Options parse(int argc, char** argv) {
         o.mode = DETCOLL_MODE_ORDERED;
       else if (d == "native")
         o.mode = DETCOLL_MODE_NATIVE;
+      else if (d == "invariant")
+        o.mode = DETCOLL_MODE_INVARIANT;
       else
         usage(("unknown mode " + d).c_str());
     } else {
@@ -185,7 +189,10 @@ int main(int argc, char** argv) {
         "# detcoll_allreduce_perf: %d ranks, dtype %s, op %s, mode %s, %d iterations, "
         "%d warmup, out of place\n",
         p, detcoll::dataTypeName(o.type).c_str(), detcoll::reduceOpName(o.op).c_str(),
-        o.mode == DETCOLL_MODE_ORDERED ? "ordered" : "native", o.iterations, o.warmup);
+        o.mode == DETCOLL_MODE_ORDERED  ? "ordered"
+        : o.mode == DETCOLL_MODE_NATIVE ? "native"
+                                        : "invariant",
+        o.iterations, o.warmup);
     std::printf("# peer: %s on the same buffers, timed alternately in the same run\n", peerName);
     std::printf("#%11s %12s %8s %7s | %10s %8s %8s %7s | %10s %8s %8s | %6s\n", "size", "count",
                 "type", "redop", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
@@ -236,14 +243,21 @@ int main(int argc, char** argv) {
 
     long wrong = 0;
     if (o.check) {
-      // Reference: rank 0 folds the gathered inputs in rank order; in native mode rank 0's result.
-      if (o.mode == DETCOLL_MODE_ORDERED) {
+      // Reference: rank 0 folds the gathered inputs in rank order (ordered), or reduces them as
+      // one process holding every leaf (invariant: the np = 1 result every world size must give);
+      // in native mode rank 0's result.
+      if (o.mode != DETCOLL_MODE_NATIVE) {
         MPI_Gather(input.data(), static_cast<int>(bytes), MPI_BYTE, gathered.data(),
                    static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
         if (rank == 0) {
           std::vector<const void*> in(p);
           for (int j = 0; j < p; ++j) in[j] = gathered.data() + j * bytes;
-          detcoll::testing::referenceFold(expected.data(), in, count, o.type, o.op, p);
+          if (o.mode == DETCOLL_MODE_ORDERED) {
+            detcoll::testing::referenceFold(expected.data(), in, count, o.type, o.op, p);
+          } else {
+            detcoll::kernels::invariantReduceLocal(expected.data(), in.data(), p, count, o.type,
+                                                   o.op);
+          }
         }
       } else if (rank == 0) {
         std::memcpy(expected.data(), ours.data(), bytes);
