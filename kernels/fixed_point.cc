@@ -177,13 +177,21 @@ inline int64_t bitsFromDouble(double d) {
   return bits;
 }
 
+// The hot loops are compiled for AVX2 too and picked at run time; the operations, hence the
+// bits, are the same on every path (contraction stays off, so no FMA).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DETCOLL_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DETCOLL_VECTOR_CLONES
+#endif
+
 inline uint32_t float32Key(uint32_t bits) {
   const uint32_t exponent = (bits >> 23) & 0xffu;
   return exponent + static_cast<uint32_t>(exponent == 0 && (bits & 0x7fffffffu) != 0);
 }
 
-void localMaxKeysFloat32(uint8_t* keys, const void* const* leaves, int nleaves, size_t begin,
-                         size_t n) {
+DETCOLL_VECTOR_CLONES void localMaxKeysFloat32(uint8_t* keys, const void* const* leaves,
+                                               int nleaves, size_t begin, size_t n) {
   const uint32_t* x0 = static_cast<const uint32_t*>(leaves[0]) + begin;
   for (size_t i = 0; i < n; ++i) keys[i] = static_cast<uint8_t>(float32Key(x0[i]));
   for (int l = 1; l < nleaves; ++l) {
@@ -196,17 +204,22 @@ void localMaxKeysFloat32(uint8_t* keys, const void* const* leaves, int nleaves, 
 }
 
 // out[i] (+)= round(x * 2^(172 - key)): the grid of kHeadroomBits = 16 for float32.
-void encodeFloat32(int64_t* out, const void* leaf, const uint8_t* keys, size_t begin, size_t n,
-                   bool accumulate) {
+DETCOLL_VECTOR_CLONES void encodeFloat32(int64_t* out, const void* leaf, const uint8_t* keys,
+                                         size_t begin, size_t n, bool accumulate) {
   static_assert(kHeadroomBits == 16, "the float32 fast path assumes H = 16");
   const float* x = static_cast<const float*>(leaf) + begin;
-  for (size_t i = 0; i < n; ++i) {
+  // Selects are integer masks: a branch around float operations would stop vectorization.
+  auto encode = [&](size_t i) {
     const uint64_t key = keys[i];
-    const bool usable = key != 0 && key != 255;
+    const int64_t usable = -static_cast<int64_t>(key != 0 && key != 255);
     const double scale = doubleFromBits((1023 + 172 - key) << 52);
-    const double rounded = (static_cast<double>(x[i]) * scale + kRoundMagic);
-    const int64_t q = usable ? bitsFromDouble(rounded) - kRoundMagicBits : 0;
-    out[i] = accumulate ? out[i] + q : q;
+    const double rounded = static_cast<double>(x[i]) * scale + kRoundMagic;
+    return (bitsFromDouble(rounded) - kRoundMagicBits) & usable;
+  };
+  if (accumulate) {
+    for (size_t i = 0; i < n; ++i) out[i] += encode(i);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = encode(i);
   }
 }
 
@@ -216,8 +229,9 @@ uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType type, bo
 
 // out[i] = sum of pieces, times 2^(key - 172), divided by leaves for average, rounded once.
 // Returns the elements left for the exact path in `slow`.
-void decodeFloat32(float* out, const int64_t* const* pieces, int p, const uint8_t* keys, size_t n,
-                   bool average, int64_t leaves, std::vector<uint32_t>& slow) {
+DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* pieces, int p,
+                                         const uint8_t* keys, size_t n, bool average,
+                                         int64_t leaves, std::vector<uint32_t>& slow) {
   constexpr size_t kBlock = 1024;
   int64_t sums[kBlock];
   uint8_t needsExact[kBlock];
@@ -242,8 +256,11 @@ void decodeFloat32(float* out, const int64_t* const* pieces, int p, const uint8_
       const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
       const bool midpoint = average && (vb & 0x1fffffffu) == 0x10000000u;
       const bool tiny = average && (vb & 0x7fffffffffffffffu) < 0x3810000000000000u && t != 0;
-      needsExact[i] = static_cast<uint8_t>(!small || midpoint || tiny || key == 255);
-      out[base + i] = key == 0 ? 0.0f : result;
+      needsExact[i] = static_cast<uint8_t>(!small | midpoint | tiny | (key == 255));
+      uint32_t resultBits;
+      std::memcpy(&resultBits, &result, 4);
+      resultBits &= -static_cast<uint32_t>(key != 0);  // +0 where every leaf is zero
+      std::memcpy(&out[base + i], &resultBits, 4);
     }
     for (size_t i = 0; i < m; ++i) {
       if (needsExact[i]) slow.push_back(static_cast<uint32_t>(base + i));
