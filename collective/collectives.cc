@@ -113,11 +113,16 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   call.count = count;
   call.local = checks.status();
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, payload, payloadBytes));
-  if (count == 0) return Status::ok();
-
   const int p = comm_.size();
   int64_t total = 0;
   for (int j = 0; j < p; ++j) total += agreement_.leaves(j);
+  if (mode == Mode::kInvariant && total > kernels::kMaxLeaves) {
+    return Status::invalidArgument("allreduce '" + std::string(name ? name : "") +
+                                   "': " + std::to_string(total) +
+                                   " leaves in total; the invariant mode sums at most " +
+                                   std::to_string(kernels::kMaxLeaves) + " exactly");
+  }
+  if (count == 0) return Status::ok();
   switch (mode) {
     case Mode::kNative: {
       const void* send = contribution(leaves, n, count, type, reduceOp);
@@ -142,12 +147,6 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
       return orderedAllreduce(comm_, send, recv, count, type, reduceOp, ordered_, total);
     }
     case Mode::kInvariant: {
-      if (total > kernels::kMaxLeaves) {
-        return Status::invalidArgument("allreduce '" + std::string(name ? name : "") +
-                                       "': " + std::to_string(total) +
-                                       " leaves in total; the invariant mode sums at most " +
-                                       std::to_string(kernels::kMaxLeaves) + " exactly");
-      }
       bool allInline = true;
       for (int j = 0; j < p; ++j) {
         allInline = allInline && agreement_.payloadBytes(j) == agreement_.leaves(j) * bytes;

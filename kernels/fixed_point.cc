@@ -335,10 +335,13 @@ uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType type, bo
   // The grid step of this element: 2^(key - bias + 1 - 62 + H).
   const int grid = static_cast<int>(key) - f.bias - 61 + kHeadroomBits;
   if (average && leaves > 1 && magnitude != 0) {
-    const u128 scaled = magnitude << 64;
+    // Scale to 127 bits first, so that the quotient keeps at least 127 - 17 bits: more than any
+    // dtype's mantissa plus a rounding bit, so the sticky bit decides ties correctly.
+    const int shift = 127 - bitLength(magnitude);
+    const u128 scaled = magnitude << shift;
     const u128 quotient = scaled / static_cast<u128>(leaves);
     const bool sticky = quotient * static_cast<u128>(leaves) != scaled;
-    return roundToFloatBits(negative, quotient, grid - 64, sticky, type);
+    return roundToFloatBits(negative, quotient, grid - shift, sticky, type);
   }
   return roundToFloatBits(negative, magnitude, grid, false, type);
 }
