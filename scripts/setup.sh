@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev)
+packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev libmpfr-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
