@@ -31,9 +31,13 @@ using testing::randomBuffer;
 using testing::referenceFold;
 
 using testing::Bytes;
+using testing::cOp;
+using testing::cType;
 using testing::expectOnAllRanks;
 using testing::hashText;
+using testing::opName;
 using testing::seedFor;
+using testing::typeName;
 using testing::worldRank;
 using testing::worldSize;
 
@@ -87,20 +91,6 @@ void checkOrdered(const std::string& label, const void* input, const void* resul
               describeElement(root.data(), k, type) + " on rank 0";
   }
   expectOnAllRanks(i < 0 && k < 0, detail);
-}
-
-std::string typeName(DataType t) {
-  return dataTypeName(t);
-}
-std::string opName(ReduceOp op) {
-  return reduceOpName(op);
-}
-
-detcoll_dtype_t cType(DataType t) {
-  return static_cast<detcoll_dtype_t>(t);
-}
-detcoll_op_t cOp(ReduceOp op) {
-  return static_cast<detcoll_op_t>(op);
 }
 
 // Elements whose payload is exactly the inline limit (16 KiB): the first count that is not

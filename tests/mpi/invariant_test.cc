@@ -28,14 +28,18 @@ namespace detcoll {
 namespace {
 
 using testing::Bytes;
+using testing::cOp;
+using testing::cType;
 using testing::describeElement;
 using testing::exactInvariantReference;
 using testing::expectOnAllRanks;
 using testing::firstDifference;
 using testing::hashText;
+using testing::opName;
 using testing::randomBuffer;
 using testing::referenceFold;
 using testing::seedFor;
+using testing::typeName;
 using testing::worldRank;
 using testing::worldSize;
 
@@ -47,19 +51,6 @@ int leafCount() {
 
 constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                                     DataType::kBFloat16};
-
-std::string typeName(DataType t) {
-  return dataTypeName(t);
-}
-std::string opName(ReduceOp op) {
-  return reduceOpName(op);
-}
-detcoll_dtype_t cType(DataType t) {
-  return static_cast<detcoll_dtype_t>(t);
-}
-detcoll_op_t cOp(ReduceOp op) {
-  return static_cast<detcoll_op_t>(op);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Leaves and spreads.

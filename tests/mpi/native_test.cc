@@ -30,37 +30,6 @@ using testing::seedFor;
 using testing::worldRank;
 using testing::worldSize;
 
-double valueAt(const void* data, size_t i, DataType type) {
-  const char* p = static_cast<const char*>(data) + i * dataTypeSize(type);
-  switch (type) {
-    case DataType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::kFloat64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DataType::kFloat16: {
-      _Float16 v;
-      std::memcpy(&v, p, 2);
-      return static_cast<double>(v);
-    }
-    case DataType::kBFloat16: {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      const uint32_t u = static_cast<uint32_t>(b) << 16;
-      float v;
-      std::memcpy(&v, &u, 4);
-      return v;
-    }
-    default:
-      return 0;
-  }
-}
-
 // Unit roundoff of the dtype (and of the per-step rounding MPI's sum may do in it).
 double unitRoundoff(DataType type) {
   switch (type) {
@@ -124,11 +93,11 @@ void checkNative(DataType type, ReduceOp op, size_t count, bool inPlace) {
         // Any order of p - 1 additions, each rounded to at worst the dtype, and the reference's,
         // are within (p - 1) u sum_j |x_j| of the exact sum; one more rounding each at the end.
         double sumAbs = 0;
-        for (int j = 0; j < p; ++j) sumAbs += std::fabs(valueAt(in[j], i, type));
-        const double want = valueAt(reference.data(), i, type);
+        for (int j = 0; j < p; ++j) sumAbs += std::fabs(testing::elementAsDouble(in[j], i, type));
+        const double want = testing::elementAsDouble(reference.data(), i, type);
         double bound = 2 * u * (p * sumAbs + 2 * std::fabs(want));
         if (op == ReduceOp::kAverage) bound /= p;
-        ok = std::fabs(valueAt(outputs.data(), i, type) - want) <= bound;
+        ok = std::fabs(testing::elementAsDouble(outputs.data(), i, type) - want) <= bound;
       }
       if (!ok) {
         detail = label + ": element " + std::to_string(i) + " is " +

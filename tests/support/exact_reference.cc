@@ -1,4 +1,5 @@
 #include "tests/support/exact_reference.h"
+#include "tests/support/reference.h"
 
 // Written independently of kernels/fixed_point.cc: values are decoded with the compiler's float,
 // double and _Float16 (bfloat16 as the top half of a float), the grid comes from MPFR's exponent
@@ -47,36 +48,6 @@ Format formatOf(DataType type) {
 bool isFloat(DataType type) {
   return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
          type == DataType::kBFloat16;
-}
-
-// A leaf value, decoded by the compiler: float16 and bfloat16 widen exactly to float.
-double loadValue(const void* data, size_t i, DataType type) {
-  const char* p = static_cast<const char*>(data) + i * dataTypeSize(type);
-  switch (type) {
-    case DataType::kFloat32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DataType::kFloat64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case DataType::kFloat16: {
-      _Float16 h;
-      std::memcpy(&h, p, 2);
-      return static_cast<double>(static_cast<float>(h));
-    }
-    default: {  // bfloat16
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      const uint32_t u = static_cast<uint32_t>(b) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-  }
 }
 
 void storeBits(void* out, size_t i, DataType type, uint64_t bits) {
@@ -177,7 +148,7 @@ uint64_t roundOnce(mpfr_srcptr exact, int64_t divisor, DataType type) {
 bool nonFinite(const std::vector<const void*>& leaves, size_t i, DataType type, uint64_t* bits) {
   bool nan = false, positive = false, negative = false;
   for (const void* leaf : leaves) {
-    const double v = loadValue(leaf, i, type);
+    const double v = elementAsDouble(leaf, i, type);
     if (std::isnan(v)) nan = true;
     if (std::isinf(v)) (v > 0 ? positive : negative) = true;
   }
@@ -202,15 +173,15 @@ void minMax(void* out, const std::vector<const void*>& leaves, size_t count, Dat
     if (isFloat(type)) {
       uint64_t bits;
       bool anyNaN = false;
-      for (const void* leaf : leaves) anyNaN = anyNaN || std::isnan(loadValue(leaf, i, type));
+      for (const void* leaf : leaves) anyNaN = anyNaN || std::isnan(elementAsDouble(leaf, i, type));
       if (anyNaN) {
         bits = canonicalNaN(type);
         storeBits(out, i, type, bits);
         continue;
       }
       for (size_t l = 1; l < leaves.size(); ++l) {
-        const double a = loadValue(leaves[best], i, type);
-        const double b = loadValue(leaves[l], i, type);
+        const double a = elementAsDouble(leaves[best], i, type);
+        const double b = elementAsDouble(leaves[l], i, type);
         bool better = isMin ? b < a : b > a;
         if (a == b)
           better =
@@ -297,7 +268,7 @@ void reduceExactly(void* out, const std::vector<const void*>& leaves, size_t cou
     bool anyNonzero = false;
     long e = f.minNormal;
     for (const void* leaf : leaves) {
-      const double v = loadValue(leaf, i, type);
+      const double v = elementAsDouble(leaf, i, type);
       if (v == 0) continue;
       anyNonzero = true;
       mpfr_set_d(value, v, MPFR_RNDN);  // exact
@@ -310,7 +281,7 @@ void reduceExactly(void* out, const std::vector<const void*>& leaves, size_t cou
     const long gridExponent = e + 1 - kGridBits;
     mpfr_set_zero(sum, 1);
     for (const void* leaf : leaves) {
-      const double v = loadValue(leaf, i, type);
+      const double v = elementAsDouble(leaf, i, type);
       int inexact = mpfr_set_d(value, v, MPFR_RNDN);
       if (grid) {
         inexact |= mpfr_mul_2si(value, value, -gridExponent, MPFR_RNDN);  // exact

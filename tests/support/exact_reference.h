@@ -20,7 +20,7 @@ void exactInvariantReference(void* out, const std::vector<const void*>& leaves, 
 
 // The exact sum of the leaves (no grid), rounded once to the dtype: the most accurate possible
 // result, for accuracy bounds. Float dtypes only.
-void exactSumRounded(void* out, const std::vector<const void*>& leaves, size_t count,
-                     DataType type, ReduceOp op);
+void exactSumRounded(void* out, const std::vector<const void*>& leaves, size_t count, DataType type,
+                     ReduceOp op);
 
 }  // namespace detcoll::testing

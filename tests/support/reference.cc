@@ -222,6 +222,36 @@ long firstDifference(const void* a, const void* b, size_t count, DataType type) 
   return -1;
 }
 
+double elementAsDouble(const void* data, size_t i, DataType type) {
+  const char* p = static_cast<const char*>(data) + i * dataTypeSize(type);
+  switch (type) {
+    case DataType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return loadAsFloat(data, i, type);
+    case DataType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+  }
+  return 0;
+}
+
 std::string describeElement(const void* data, size_t i, DataType type) {
   const char* p = static_cast<const char*>(data) + i * dataTypeSize(type);
   switch (type) {

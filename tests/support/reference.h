@@ -34,6 +34,9 @@ std::vector<uint8_t> randomBuffer(DataType type, size_t count, uint64_t seed);
 // Index of the first element whose bits differ, or -1.
 long firstDifference(const void* a, const void* b, size_t count, DataType type);
 
+// Element i as a double: exact for the float dtypes, rounded for int64 beyond 2^53.
+double elementAsDouble(const void* data, size_t i, DataType type);
+
 // Human-readable value of element i (for failure messages).
 std::string describeElement(const void* data, size_t i, DataType type);
 

@@ -466,35 +466,6 @@ TEST(InvariantAllreduceSpecialTest, IntegersMinAndMaxMatchTheReference) {
 
 // Accuracy ---------------------------------------------------------------------------------------
 
-double loadDouble(const Buffer& b, size_t i, DataType type) {
-  const uint8_t* p = b.data() + i * dataTypeSize(type);
-  switch (type) {
-    case DataType::kFloat32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DataType::kFloat64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case DataType::kFloat16: {
-      _Float16 h;
-      std::memcpy(&h, p, 2);
-      return static_cast<float>(h);
-    }
-    default: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      const uint32_t u = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-  }
-}
-
 // Stores v, rounded somehow (test data only), into element i.
 void storeDouble(Buffer& b, size_t i, DataType type, double v) {
   uint8_t* p = b.data() + i * dataTypeSize(type);
@@ -552,7 +523,7 @@ std::vector<Buffer> cancellingLeaves(DataType type, int n, size_t count, uint64_
   auto leaves = makeInputs(type, n, count, seed);
   for (size_t i = 0; i < count; ++i) {
     double s = 0;
-    for (int l = 0; l + 1 < n; ++l) s += loadDouble(leaves[l], i, type);
+    for (int l = 0; l + 1 < n; ++l) s += testing::elementAsDouble(leaves[l].data(), i, type);
     storeDouble(leaves[n - 1], i, type, -s);
   }
   return leaves;
@@ -566,7 +537,7 @@ std::vector<double> exactValues(const std::vector<Buffer>& leaves, size_t count,
   for (const Buffer& leaf : leaves) {
     Buffer w(count * 8);
     for (size_t i = 0; i < count; ++i)
-      storeDouble(w, i, DataType::kFloat64, loadDouble(leaf, i, type));
+      storeDouble(w, i, DataType::kFloat64, testing::elementAsDouble(leaf.data(), i, type));
     wide.push_back(w);
   }
   Buffer out(count * 8);
@@ -598,10 +569,10 @@ TEST(InvariantAllreduceAccuracyTest, WithinTheStatedBoundOnCancellingData) {
       for (size_t i = 0; i < count; ++i) {
         int eMax = prec.minNormal;
         for (const Buffer& leaf : leaves) {
-          const double v = loadDouble(leaf, i, type);
+          const double v = testing::elementAsDouble(leaf.data(), i, type);
           if (v != 0) eMax = std::max(eMax, std::ilogb(v));
         }
-        const double got = loadDouble(o.out[0], i, type);
+        const double got = testing::elementAsDouble(o.out[0].data(), i, type);
         const long double error = std::fabs(static_cast<long double>(got) - exact[i]);
         const long double bound = 0.5L * ulpOf(got, type) +
                                   n * std::ldexp(1.0L, eMax - 46) / divisor +
@@ -644,16 +615,17 @@ TEST(InvariantAllreduceAccuracyTest, TighterThanAFloat32Ring) {
   long double invariantSum = 0, ringSum = 0, invariantMax = 0, ringMax = 0;
   size_t invariantExact = 0, ringExact = 0;
   for (size_t i = 0; i < count; ++i) {
-    const long double a =
-        std::fabs(loadDouble(invariant[0], i, type) - static_cast<long double>(exact[i]));
-    const long double b =
-        std::fabs(loadDouble(ring[0], i, type) - static_cast<long double>(exact[i]));
+    const long double a = std::fabs(testing::elementAsDouble(invariant[0].data(), i, type) -
+                                    static_cast<long double>(exact[i]));
+    const long double b = std::fabs(testing::elementAsDouble(ring[0].data(), i, type) -
+                                    static_cast<long double>(exact[i]));
     invariantSum += a;
     ringSum += b;
     invariantMax = std::max(invariantMax, a);
     ringMax = std::max(ringMax, b);
-    invariantExact += loadDouble(invariant[0], i, type) == static_cast<float>(exact[i]);
-    ringExact += loadDouble(ring[0], i, type) == static_cast<float>(exact[i]);
+    invariantExact +=
+        testing::elementAsDouble(invariant[0].data(), i, type) == static_cast<float>(exact[i]);
+    ringExact += testing::elementAsDouble(ring[0].data(), i, type) == static_cast<float>(exact[i]);
   }
   std::printf(
       "  mean |error|: invariant %.3Lg, float32 ring %.3Lg; max: %.3Lg vs %.3Lg; "
