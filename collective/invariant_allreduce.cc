@@ -1,5 +1,6 @@
 #include "collective/invariant_allreduce.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "collective/direct_allreduce.h"
@@ -49,6 +50,72 @@ Status minMax(Communicator& comm, const void* const* leaves, int nleaves, void* 
   return runDirectAllreduce(comm, spec);
 }
 
+// One chunk of elements [begin, begin + n): keys, non-finite counts, sums. The chunk's leaves
+// are read twice (keys, then encoding) while they are still in cache.
+Status reduceChunk(Communicator& comm, const void* const* leaves, int nleaves, char* recv,
+                   size_t begin, size_t n, DataType type, ReduceOp op, int64_t totalLeaves,
+                   size_t segmentBytes, std::vector<uint8_t>& keys) {
+  const size_t es = dataTypeSize(type);
+  const size_t kb = kernels::exponentKeyBytes(type);
+  LeafView view(leaves, nleaves, es);
+  const void* const* chunk = view.at(begin);
+
+  // 1. Every element's key, on every rank.
+  keys.resize(n * kb);
+  if (kb > 0) {
+    DirectAllreduce spec;
+    spec.count = n;
+    spec.inBytes = spec.outBytes = kb;
+    spec.output = keys.data();
+    spec.segmentBytes = segmentBytes * kb / sizeof(int64_t);
+    spec.encode = [&](size_t b, size_t m, void* dst) {
+      kernels::localMaxKeys(dst, chunk, nleaves, b, m, type);
+    };
+    spec.fold = [&](void* out, const void* const* pieces, int p, size_t, size_t m) {
+      kernels::foldMaxKeys(out, pieces, p, m, type);
+    };
+    DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
+  }
+
+  // 2. Non-finite leaves, counted before the sums may write over them (recv may be a leaf).
+  std::vector<int64_t> counts;
+  const size_t nonFinite = kb > 0 ? kernels::countNonFiniteKeys(keys.data(), n, type) : 0;
+  if (nonFinite > 0) {
+    counts.assign(3 * nonFinite, 0);
+    kernels::countNonFinite(counts.data(), chunk, nleaves, keys.data(), n, type);
+    DirectAllreduce spec;
+    spec.count = counts.size();
+    spec.inBytes = spec.outBytes = sizeof(int64_t);
+    spec.input = spec.output = counts.data();
+    spec.segmentBytes = segmentBytes;
+    spec.fold = [](void* out, const void* const* pieces, int p, size_t, size_t m) {
+      kernels::foldRankOrder(out, pieces, p, m, DataType::kInt64, ReduceOp::kSum, 1);
+    };
+    DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
+  }
+
+  // 3. Exact sums, rounded once by the owner of each shard.
+  DirectAllreduce spec;
+  spec.count = n;
+  spec.inBytes = sizeof(int64_t);
+  spec.outBytes = es;
+  spec.output = recv + begin * es;
+  spec.segmentBytes = segmentBytes;
+  spec.encode = [&](size_t b, size_t m, void* dst) {
+    kernels::encodeLeaves(static_cast<int64_t*>(dst), chunk, nleaves, keys.data() + b * kb, b, m,
+                          type);
+  };
+  spec.fold = [&](void* out, const void* const* pieces, int p, size_t b, size_t m) {
+    kernels::decodeSums(out, reinterpret_cast<const int64_t* const*>(pieces), p,
+                        keys.data() + b * kb, m, type, op, totalLeaves);
+  };
+  DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
+  if (nonFinite > 0) {
+    kernels::applyNonFinite(recv + begin * es, counts.data(), keys.data(), n, type);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status invariantAllreduce(Communicator& comm, const void* const* leaves, int nleaves, void* recv,
@@ -58,60 +125,14 @@ Status invariantAllreduce(Communicator& comm, const void* const* leaves, int nle
   if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
     return minMax(comm, leaves, nleaves, recv, count, type, op, segmentBytes);
   }
-  const size_t es = dataTypeSize(type);
-  const size_t kb = kernels::exponentKeyBytes(type);
-
-  // 1. Every element's key, on every rank.
-  std::vector<uint8_t> keys(count * kb);
-  if (kb > 0) {
-    DirectAllreduce spec;
-    spec.count = count;
-    spec.inBytes = spec.outBytes = kb;
-    spec.output = keys.data();
-    spec.segmentBytes = segmentBytes * kb / sizeof(int64_t);
-    spec.encode = [&](size_t begin, size_t n, void* dst) {
-      kernels::localMaxKeys(dst, leaves, nleaves, begin, n, type);
-    };
-    spec.fold = [&](void* out, const void* const* pieces, int p, size_t, size_t n) {
-      kernels::foldMaxKeys(out, pieces, p, n, type);
-    };
-    DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
+  // Chunks of one pipeline round each: P shards of segmentBytes of int64 encodings.
+  const size_t chunk = std::max<size_t>(1, segmentBytes / sizeof(int64_t)) * comm.size();
+  std::vector<uint8_t> keys;
+  for (size_t begin = 0; begin < count; begin += chunk) {
+    DETCOLL_RETURN_IF_ERROR(reduceChunk(comm, leaves, nleaves, static_cast<char*>(recv), begin,
+                                        std::min(chunk, count - begin), type, op, totalLeaves,
+                                        segmentBytes, keys));
   }
-
-  // 2. Non-finite leaves, counted before the sums may write over them (recv may be a leaf).
-  std::vector<int64_t> counts;
-  const size_t nonFinite = kb > 0 ? kernels::countNonFiniteKeys(keys.data(), count, type) : 0;
-  if (nonFinite > 0) {
-    counts.assign(3 * nonFinite, 0);
-    kernels::countNonFinite(counts.data(), leaves, nleaves, keys.data(), count, type);
-    DirectAllreduce spec;
-    spec.count = counts.size();
-    spec.inBytes = spec.outBytes = sizeof(int64_t);
-    spec.input = spec.output = counts.data();
-    spec.segmentBytes = segmentBytes;
-    spec.fold = [](void* out, const void* const* pieces, int p, size_t, size_t n) {
-      kernels::foldRankOrder(out, pieces, p, n, DataType::kInt64, ReduceOp::kSum, 1);
-    };
-    DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
-  }
-
-  // 3. Exact sums, rounded once by the owner of each shard.
-  DirectAllreduce spec;
-  spec.count = count;
-  spec.inBytes = sizeof(int64_t);
-  spec.outBytes = es;
-  spec.output = recv;
-  spec.segmentBytes = segmentBytes;
-  spec.encode = [&](size_t begin, size_t n, void* dst) {
-    kernels::encodeLeaves(static_cast<int64_t*>(dst), leaves, nleaves, keys.data() + begin * kb,
-                          begin, n, type);
-  };
-  spec.fold = [&](void* out, const void* const* pieces, int p, size_t begin, size_t n) {
-    kernels::decodeSums(out, reinterpret_cast<const int64_t* const*>(pieces), p,
-                        keys.data() + begin * kb, n, type, op, totalLeaves);
-  };
-  DETCOLL_RETURN_IF_ERROR(runDirectAllreduce(comm, spec));
-  if (nonFinite > 0) kernels::applyNonFinite(recv, counts.data(), keys.data(), count, type);
   return Status::ok();
 }
 

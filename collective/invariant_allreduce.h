@@ -2,7 +2,9 @@
 
 // The invariant allreduce (DESIGN.md section 1): an exact sum whose bits depend only on the
 // multiset of leaves, whatever the world size, rank order, spread of leaves over ranks, buffer
-// splitting or algorithm. The codec is kernels/fixed_point.h; the passes run on the pipeline of
+// splitting or algorithm. The codec is kernels/fixed_point.h. The buffer is reduced in chunks of
+// one pipeline round (P * segmentBytes of int64), so a chunk's leaves are still in cache when
+// they are read the second time; each chunk runs these passes on the pipeline of
 // direct_allreduce.h:
 //   1. keys: each element's largest exponent over every leaf (reduce-scatter of 1- or 2-byte
 //      keys, max, allgather), so every rank knows every element's grid;
