@@ -18,6 +18,10 @@
 
 namespace detcoll::collective {
 
+// The most leaves one rank may contribute to an allreduce: the call header carries the count in
+// 16 bits.
+constexpr int kMaxLeavesPerRank = 65535;
+
 enum class CallKind : int32_t { kInit = 1, kAllreduce = 2, kBroadcast = 3, kAllgather = 4 };
 
 struct CallDescription {
@@ -38,7 +42,8 @@ class CallAgreement {
   static constexpr size_t kInlineBytes = 16 << 10;
 
   // Exchanges `mine` and up to kInlineBytes of payload with every rank and returns the verdict,
-  // the same status on every rank. payload(j) is then rank j's inline data.
+  // the same status on every rank. payload(j) is then rank j's inline data (a copy, for this
+  // rank too).
   Status agree(Communicator& comm, const CallDescription& mine, const void* payload,
                size_t payloadBytes);
 

@@ -65,8 +65,9 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   checkDtype(checks, dtype, count, 1);
   checks.require(isValidReduceOp(op), [&] { return "unknown reduction op " + std::to_string(op); });
   checks.require(leaves != nullptr, [&] { return "leaves is null"; });
-  checks.require(nleaves >= 1 && nleaves <= 65535, [&] {
-    return "nleaves is " + std::to_string(nleaves) + "; a rank contributes 1 to 65535 leaves";
+  checks.require(nleaves >= 1 && nleaves <= kMaxLeavesPerRank, [&] {
+    return "nleaves is " + std::to_string(nleaves) + "; a rank contributes 1 to " +
+           std::to_string(kMaxLeavesPerRank) + " leaves";
   });
   const int n = checks.status().isOk() ? nleaves : 0;
   auto leafName = [&](int l) {
@@ -138,8 +139,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
         // Every rank holds every contribution: each folds them all, in rank order, to the same
         // bits.
         inputs_.resize(p);
-        for (int j = 0; j < p; ++j)
-          inputs_[j] = j == comm_.rank() ? payload : agreement_.payload(j);
+        for (int j = 0; j < p; ++j) inputs_[j] = agreement_.payload(j);
         kernels::foldRankOrder(recv, inputs_.data(), p, count, type, reduceOp, total);
         return Status::ok();
       }
@@ -159,7 +159,6 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
       inputs_.clear();
       for (int j = 0; j < p; ++j) {
         const char* base = static_cast<const char*>(agreement_.payload(j));
-        if (j == comm_.rank()) base = staged_.data();
         for (int l = 0; l < agreement_.leaves(j); ++l) inputs_.push_back(base + l * bytes);
       }
       kernels::invariantReduceLocal(recv, inputs_.data(), static_cast<int>(total), count, type,

@@ -266,7 +266,6 @@ DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* piece
       if (needsExact[i]) slow.push_back(static_cast<uint32_t>(base + i));
     }
   }
-  (void)sums;
 }
 }  // namespace
 

@@ -203,7 +203,8 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_runtime) return finish(notInitialized("detcoll_allreduce_leaves"));
   Status precheck;
-  if (leaves != nullptr && nleaves >= 1 && nleaves <= 65535) {  // else the collective says why
+  if (leaves != nullptr && nleaves >= 1 &&
+      nleaves <= collective::kMaxLeavesPerRank) {  // else the collective says why
     for (int l = 0; l < nleaves && precheck.isOk(); ++l) {
       precheck = checkHostMemory(leaves[l], "a leaf");
     }
