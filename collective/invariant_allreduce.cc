@@ -1,6 +1,7 @@
 #include "collective/invariant_allreduce.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "collective/direct_allreduce.h"
@@ -116,12 +117,43 @@ Status reduceChunk(Communicator& comm, const void* const* leaves, int nleaves, c
   return Status::ok();
 }
 
+// Every rank holds one leaf: the leaves themselves travel, and the owner of each shard reduces
+// its P leaves exactly (kernels::invariantReduceLocal), which is the same function of the
+// multiset of leaves as the encoded passes, without the key pass and with dtype-sized pieces
+// instead of int64 ones.
+Status reduceLeaves(Communicator& comm, const void* leaf, void* recv, size_t count, DataType type,
+                    ReduceOp op, size_t segmentBytes) {
+  DirectAllreduce spec;
+  spec.count = count;
+  spec.inBytes = spec.outBytes = dataTypeSize(type);
+  spec.input = leaf;
+  spec.output = recv;
+  spec.segmentBytes = segmentBytes;
+  spec.fold = [&](void* out, const void* const* pieces, int p, size_t, size_t n) {
+    kernels::invariantReduceLocal(out, pieces, p, n, type, op);
+  };
+  return runDirectAllreduce(comm, spec);
+}
+
 }  // namespace
 
 Status invariantAllreduce(Communicator& comm, const void* const* leaves, int nleaves, void* recv,
                           size_t count, DataType type, ReduceOp op, int64_t totalLeaves,
-                          size_t segmentBytes) {
+                          size_t segmentBytes, InvariantTransport transport) {
   if (count == 0) return Status::ok();
+  // Each rank holds at least one leaf, so every rank holds exactly one when the total is P.
+  const bool oneLeafEach = totalLeaves == comm.size();
+  if (transport == InvariantTransport::kAuto) {
+    transport = oneLeafEach ? InvariantTransport::kLeaves : InvariantTransport::kEncodings;
+  }
+  if (transport == InvariantTransport::kLeaves) {
+    if (!oneLeafEach) {
+      return Status::internal("the invariant leaf transport needs one leaf on every rank, not " +
+                              std::to_string(totalLeaves) + " leaves over " +
+                              std::to_string(comm.size()) + " ranks");
+    }
+    return reduceLeaves(comm, leaves[0], recv, count, type, op, segmentBytes);
+  }
   if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
     return minMax(comm, leaves, nleaves, recv, count, type, op, segmentBytes);
   }

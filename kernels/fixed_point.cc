@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/fold.h"
@@ -180,7 +181,7 @@ inline int64_t bitsFromDouble(double d) {
 // The hot loops are compiled for AVX2 too and picked at run time; the operations, hence the
 // bits, are the same on every path (contraction stays off, so no FMA).
 #if defined(__x86_64__) && defined(__GNUC__)
-#define DETCOLL_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define DETCOLL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DETCOLL_VECTOR_CLONES
 #endif
@@ -267,6 +268,93 @@ DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* piece
     }
   }
 }
+// invariantReduceLocal for float32 leaves, at most kDoubleLeaves of them, in double arithmetic:
+// each leaf's encoding round(x * 2^(172 - key)) is an integer of magnitude below 2^46, computed
+// exactly by the round magic; up to 64 of them sum exactly in a double (below 2^52); scaling back
+// by 2^(key - 172) is exact, and so is a division by a power of two, and the conversion to float
+// rounds once. Any other divisor rounds the quotient to double first: elements whose quotient the
+// rounding may have put on a float midpoint or in float's subnormal range are flagged for the
+// exact path, as are non-finite keys.
+//
+// A key here is max(largest exponent field, 1): the same as keyOf's maximum wherever some leaf is
+// nonzero, and 1 instead of 0 where all are zero, which encodes to a sum of +0 all the same.
+constexpr int kDoubleLeaves = 64;
+
+// keys[i] and sums[i] (the exact sum of encodings, as a double) for n elements of k leaves;
+// returns the largest key.
+DETCOLL_VECTOR_CLONES uint32_t sumFloat32Block(const float* const* x, int k, size_t n,
+                                               uint32_t* keys, double* sums) {
+  const uint32_t* bits0 = reinterpret_cast<const uint32_t*>(x[0]);
+  for (size_t i = 0; i < n; ++i) keys[i] = bits0[i] & 0x7fffffffu;
+  for (int l = 1; l < k; ++l) {
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(x[l]);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t magnitude = bits[i] & 0x7fffffffu;
+      keys[i] = magnitude > keys[i] ? magnitude : keys[i];
+    }
+  }
+  uint32_t largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t exponent = keys[i] >> 23;
+    const uint32_t key = exponent > 1 ? exponent : 1;
+    keys[i] = key;
+    largest = key > largest ? key : largest;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
+    sums[i] = (static_cast<double>(x[0][i]) * scale + kRoundMagic) - kRoundMagic;
+  }
+  for (int l = 1; l < k; ++l) {
+    const float* leaf = x[l];
+    for (size_t i = 0; i < n; ++i) {
+      const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
+      sums[i] += (static_cast<double>(leaf[i]) * scale + kRoundMagic) - kRoundMagic;
+    }
+  }
+  return largest;
+}
+
+// out[i] = sums[i] * 2^(key - 172 - log2Divisor), rounded once to float: exact sums, and averages
+// over a power-of-two number of leaves.
+DETCOLL_VECTOR_CLONES void scaleFloat32Block(float* out, const uint32_t* keys, const double* sums,
+                                             size_t n, uint32_t log2Divisor) {
+  for (size_t i = 0; i < n; ++i) {
+    const double scale = doubleFromBits((uint64_t{1023 - 172} + keys[i] - log2Divisor) << 52);
+    out[i] = static_cast<float>(sums[i] * scale);
+  }
+}
+
+// Averages over any other number of leaves; needsExact[i] flags the quotients to settle exactly.
+DETCOLL_VECTOR_CLONES void divideFloat32Block(float* out, const uint32_t* keys, const double* sums,
+                                              size_t n, double divisor, uint8_t* needsExact) {
+  for (size_t i = 0; i < n; ++i) {
+    const double d = sums[i] / divisor;  // one rounding to double
+    const double v = d * doubleFromBits((uint64_t{1023 - 172} + keys[i]) << 52);  // exact
+    out[i] = static_cast<float>(v);  // one rounding to float
+    const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
+    const bool midpoint = (vb & 0x1fffffffu) == 0x10000000u;
+    const bool tiny = ((vb & 0x7fffffffffffffffu) < 0x3810000000000000u) & (sums[i] != 0);
+    needsExact[i] = static_cast<uint8_t>(midpoint | tiny);
+  }
+}
+
+// The result of an element with a non-finite leaf: NaN if any leaf is NaN or both infinities
+// meet, else the infinity.
+uint64_t nonFiniteResult(const void* const* leaves, int nleaves, size_t i, const Format& f) {
+  const uint32_t special = (1u << f.exponentBits) - 1;
+  bool positive = false;
+  bool negative = false;
+  for (int l = 0; l < nleaves; ++l) {
+    const Fields x = split(loadBits(leaves[l], i, f.bytes), f);
+    if (x.exponent != special) continue;
+    if (x.fraction != 0) return canonicalNaN(f);
+    (x.negative ? negative : positive) = true;
+  }
+  if (positive && negative) return canonicalNaN(f);
+  const uint64_t infinity = static_cast<uint64_t>(special) << f.mantissaBits;
+  return negative ? (uint64_t{1} << (f.exponentBits + f.mantissaBits)) | infinity : infinity;
+}
+
 }  // namespace
 
 size_t exponentKeyBytes(DataType type) {
@@ -484,19 +572,69 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
     foldRankOrder(out, leaves, nleaves, count, type, op, 1);  // order-independent already
     return;
   }
-  const size_t kb = exponentKeyBytes(type);
-  std::vector<uint8_t> keys(count * kb);
-  if (kb > 0) localMaxKeys(keys.data(), leaves, nleaves, 0, count, type);
-  std::vector<int64_t> sums(count);
-  encodeLeaves(sums.data(), leaves, nleaves, keys.data(), 0, count, type);
-  std::vector<int64_t> counts;
-  if (kb > 0) {
-    counts.assign(3 * countNonFiniteKeys(keys.data(), count, type), 0);
-    countNonFinite(counts.data(), leaves, nleaves, keys.data(), count, type);
+  // Blocks small enough for the keys and sums to stay in L1: the leaves are read from memory
+  // once and the output written once. Every read of a block's leaves comes before its output is
+  // written, so out may alias a leaf.
+  constexpr size_t kBlock = 1024;
+  if (type == DataType::kFloat32 && nleaves <= kDoubleLeaves) {
+    alignas(64) uint32_t keys[kBlock];
+    alignas(64) double sums[kBlock];
+    alignas(64) uint8_t needsExact[kBlock];
+    const bool average = op == ReduceOp::kAverage && nleaves > 1;
+    const bool powerOfTwo = (nleaves & (nleaves - 1)) == 0;
+    const uint32_t log2Divisor = average && powerOfTwo ? __builtin_ctz(nleaves) : 0;
+    const Format f = formatOf(type);
+    std::vector<const float*> at(nleaves);
+    const void* const* blockLeaves = reinterpret_cast<const void* const*>(at.data());
+    std::vector<std::pair<size_t, uint64_t>> specials;
+    for (size_t base = 0; base < count; base += kBlock) {
+      const size_t m = std::min(kBlock, count - base);
+      for (int l = 0; l < nleaves; ++l) at[l] = static_cast<const float*>(leaves[l]) + base;
+      float* block = static_cast<float*>(out) + base;
+      const uint32_t largest = sumFloat32Block(at.data(), nleaves, m, keys, sums);
+      // Non-finite results are found before the block is written: out may alias a leaf.
+      specials.clear();
+      if (largest == 255) {
+        for (size_t i = 0; i < m; ++i) {
+          if (keys[i] == 255) specials.emplace_back(i, nonFiniteResult(blockLeaves, nleaves, i, f));
+        }
+      }
+      if (average && !powerOfTwo) {
+        divideFloat32Block(block, keys, sums, m, nleaves, needsExact);
+        for (size_t i = 0; i < m; ++i) {
+          if (needsExact[i] && keys[i] != 255) {
+            storeBits(block, i, 4,
+                      decodeOne(static_cast<int64_t>(sums[i]), keys[i], f, type, true, nleaves));
+          }
+        }
+      } else {
+        scaleFloat32Block(block, keys, sums, m, log2Divisor);
+      }
+      for (const auto& [i, bits] : specials) storeBits(block, i, 4, bits);
+    }
+    return;
   }
-  const int64_t* pieces[1] = {sums.data()};
-  decodeSums(out, pieces, 1, keys.data(), count, type, op, nleaves);
-  if (!counts.empty()) applyNonFinite(out, counts.data(), keys.data(), count, type);
+  const size_t es = dataTypeSize(type);
+  const size_t kb = exponentKeyBytes(type);
+  alignas(64) uint8_t keys[kBlock * 2];
+  alignas(64) int64_t sums[kBlock];
+  const int64_t* pieces[1] = {sums};
+  std::vector<const void*> at(nleaves);
+  std::vector<int64_t> counts;
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t m = std::min(kBlock, count - base);
+    for (int l = 0; l < nleaves; ++l) at[l] = static_cast<const char*>(leaves[l]) + base * es;
+    void* block = static_cast<char*>(out) + base * es;
+    if (kb > 0) localMaxKeys(keys, at.data(), nleaves, 0, m, type);
+    encodeLeaves(sums, at.data(), nleaves, keys, 0, m, type);
+    const size_t nonFinite = kb > 0 ? countNonFiniteKeys(keys, m, type) : 0;
+    if (nonFinite > 0) {
+      counts.assign(3 * nonFinite, 0);
+      countNonFinite(counts.data(), at.data(), nleaves, keys, m, type);
+    }
+    decodeSums(block, pieces, 1, keys, m, type, op, nleaves);
+    if (nonFinite > 0) applyNonFinite(block, counts.data(), keys, m, type);
+  }
 }
 
 }  // namespace detcoll::kernels

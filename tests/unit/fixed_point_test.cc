@@ -118,6 +118,33 @@ TEST_P(FixedPointLocalTest, InPlaceOverTheFirstLeaf) {
   EXPECT_TRUE(sameBits(leaves[0].data(), want.data(), count, type));
 }
 
+TEST_P(FixedPointLocalTest, InPlaceOverALeafWithNonFiniteValues) {
+  // The output aliases a leaf that holds infinities and NaNs: their results must be found before
+  // the block that holds them is written.
+  const DataType type = GetParam();
+  const size_t count = 2500;  // several blocks
+  for (int nleaves : {2, 3}) {
+    auto leaves = testing::makeInputs(type, nleaves, count, 23 + nleaves);
+    const uint64_t inf = type == DataType::kFloat32   ? 0x7f800000u
+                         : type == DataType::kFloat64 ? 0x7ff0000000000000u
+                         : type == DataType::kFloat16 ? 0x7c00u
+                                                      : 0x7f80u;
+    const size_t es = dataTypeSize(type);
+    const uint64_t sign = uint64_t{1} << (8 * es - 1);
+    const uint64_t nan = inf | (inf >> 1 & ~inf);  // the top fraction bit set
+    for (size_t i = 0; i < count; i += 97) {
+      const uint64_t pattern[3] = {inf, sign | inf, nan};
+      std::memcpy(leaves[0].data() + i * es, &pattern[i % 3], es);  // the aliased leaf
+      if (i % 2) std::memcpy(leaves[1].data() + i * es, &inf, es);  // meets -inf: NaN
+    }
+    const Buffer want = exactReference(leaves, count, type, ReduceOp::kSum);
+    const auto in = pointers(leaves);
+    kernels::invariantReduceLocal(leaves[0].data(), in.data(), nleaves, count, type,
+                                  ReduceOp::kSum);
+    EXPECT_TRUE(sameBits(leaves[0].data(), want.data(), count, type)) << "nleaves=" << nleaves;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(FloatTypes, FixedPointLocalTest, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return dataTypeName(info.param); });
 
@@ -128,6 +155,22 @@ TEST(FixedPointTest, LargeCountMatchesExactReference) {
   const Buffer got = localReduce(leaves, count, type, ReduceOp::kAverage);
   const Buffer want = exactReference(leaves, count, type, ReduceOp::kAverage);
   EXPECT_TRUE(sameBits(got.data(), want.data(), count, type));
+}
+
+TEST(FixedPointTest, FloatThirtyTwoAroundTheDoublePathLimit) {
+  // float32 with up to 64 leaves is reduced in double arithmetic, with more by the general code:
+  // both sides of the limit, power-of-two divisors and others, against the reference.
+  const DataType type = DataType::kFloat32;
+  const size_t count = 1500;
+  for (int nleaves : {3, 4, 48, 63, 64, 65, 100}) {
+    const auto leaves = testing::makeInputs(type, nleaves, count, 1000 + nleaves);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      const Buffer got = localReduce(leaves, count, type, op);
+      const Buffer want = exactReference(leaves, count, type, op);
+      EXPECT_TRUE(sameBits(got.data(), want.data(), count, type))
+          << reduceOpName(op) << " nleaves=" << nleaves;
+    }
+  }
 }
 
 TEST(FixedPointTest, ReferenceSeesTheGridOnTheTestData) {
@@ -420,7 +463,7 @@ TEST(FixedPointEdgeTest, SubnormalAveragesRoundOnce) {
     std::vector<std::pair<uint64_t, int>> leaves;  // bits, how many
     uint64_t expected;
   };
-  const DataType F16 = DataType::kFloat16, BF16 = DataType::kBFloat16;
+  const DataType F16 = DataType::kFloat16, BF16 = DataType::kBFloat16, F32 = DataType::kFloat32;
   const Case cases[] = {
       // Around u / 2: above rounds to u, the tie and below to 0.
       {"float16 u/2 + u/N", F16, {{0x0001, 4097}, {0, 4095}}, 0x0001},
@@ -438,6 +481,15 @@ TEST(FixedPointEdgeTest, SubnormalAveragesRoundOnce) {
       {"bfloat16 2.5u", BF16, {{0x007f, 20}, {0x0001, 20}, {0, 984}}, 0x0002},
       {"bfloat16 2.5u - u/N", BF16, {{0x007f, 20}, {0x0001, 19}, {0, 985}}, 0x0002},
       {"bfloat16 -2.5u - u/N", BF16, {{0x807f, 20}, {0x8001, 21}, {0, 983}}, 0x8003},
+      // float32 with few leaves (the double path): quotients by 3, 5 and 6 in the subnormal
+      // range, and ties over a power of two.
+      {"float32 2u/3", F32, {{0x1, 2}, {0, 1}}, 0x1},
+      {"float32 u/3", F32, {{0x1, 1}, {0, 2}}, 0},
+      {"float32 -5u/6", F32, {{0x80000001, 5}, {0, 1}}, 0x80000001},
+      {"float32 3 * (2^23 - 1)u / 5", F32, {{0x7fffff, 3}, {0, 2}}, 0x4ccccc},
+      {"float32 u/2 over 64", F32, {{0x1, 32}, {0, 32}}, 0},
+      {"float32 3u/2 over 64", F32, {{0x3, 32}, {0, 32}}, 0x2},
+      {"float32 5u/2 over 2", F32, {{0x5, 1}, {0, 1}}, 0x2},
   };
   for (const Case& c : cases) {
     std::vector<Buffer> leaves;

@@ -197,6 +197,65 @@ TEST(InvariantAllreduceDirectTest, PipelineWithFewerElementsThanRanks) {
   }
 }
 
+TEST(InvariantAllreduceDirectTest, BothTransportsGiveTheReferenceBits) {
+  // With one leaf on every rank the leaves themselves travel (kAuto takes kLeaves); the int64
+  // encodings are the other transport. Both compute the same function of the multiset: forced
+  // either way, in place or not, over several pipeline rounds, they give the reference bits.
+  using collective::InvariantTransport;
+  for (DataType type : testing::kAllTypes) {
+    for (ReduceOp op : testing::kAllOps) {
+      for (int p : {2, 3, 5}) {
+        const size_t count = 3001;
+        const auto leaves = makeInputs(type, p, count, 31 * p + static_cast<int>(op));
+        const Buffer expected = exactReference(leaves, count, type, op);
+        const size_t es = dataTypeSize(type);
+        for (auto transport : {InvariantTransport::kAuto, InvariantTransport::kLeaves,
+                               InvariantTransport::kEncodings}) {
+          for (bool inPlace : {false, true}) {
+            SCOPED_TRACE(dataTypeName(type) + " " + reduceOpName(op) + " np=" + std::to_string(p) +
+                         " transport=" + std::to_string(static_cast<int>(transport)) +
+                         (inPlace ? " in place" : ""));
+            Outcome o{std::vector<Buffer>(p, Buffer(count * es + 16, kSentinel)),
+                      std::vector<Status>(p)};
+            const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
+              const int r = comm.rank();
+              const void* mine[1] = {leaves[r].data()};
+              if (inPlace) {
+                std::memcpy(o.out[r].data(), leaves[r].data(), count * es);
+                mine[0] = o.out[r].data();
+              }
+              o.status[r] = collective::invariantAllreduce(comm, mine, 1, o.out[r].data(), count,
+                                                           type, op, p, 1024, transport);
+            });
+            ASSERT_TRUE(spawned.isOk()) << spawned.toString();
+            expectEverywhere(o, expected, count, type);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(InvariantAllreduceDirectTest, LeafTransportNeedsOneLeafOnEveryRank) {
+  // Forcing the leaf transport with two leaves per rank is refused by every rank, before any
+  // message, so nothing hangs.
+  const int p = 3;
+  const size_t count = 100;
+  const auto leaves = makeInputs(DataType::kFloat32, 2 * p, count, 5);
+  std::vector<Buffer> out(p, Buffer(count * 4, kSentinel));
+  std::vector<Status> status(p);
+  const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
+    const int r = comm.rank();
+    const void* mine[2] = {leaves[2 * r].data(), leaves[2 * r + 1].data()};
+    status[r] = collective::invariantAllreduce(comm, mine, 2, out[r].data(), count,
+                                               DataType::kFloat32, ReduceOp::kSum, 2 * p, 1 << 20,
+                                               collective::InvariantTransport::kLeaves);
+  });
+  ASSERT_TRUE(spawned.isOk()) << spawned.toString();
+  expectSameFailureEverywhere(status, StatusCode::kInternal, {"one leaf on every rank"});
+  for (const Buffer& b : out) EXPECT_TRUE(testing::untouched(b));
+}
+
 TEST(InvariantAllreduceLargeTest, LargeCountMatchesExactReference) {
   const size_t count = (size_t{1} << 18) + 3;
   for (auto [type, op] : {std::make_pair(DataType::kFloat32, ReduceOp::kSum),
@@ -347,10 +406,7 @@ Specials specialsOf(DataType type) {
   }
 }
 
-TEST(InvariantAllreduceSpecialTest, NonFiniteLeavesOnVariousRanks) {
-  // Six leaves on three ranks ({2, 1, 3}); element step * k gets pattern k % 8, with the special
-  // values on leaves of different ranks (leaves 0-1: rank 0, leaf 2: rank 1, leaves 3-5: rank 2).
-  const Placement placement = place({2, 1, 3}, identity(6));
+void nonFiniteLeavesCase(const Placement& placement) {
   for (DataType type : kFloatTypes) {
     const Specials s = specialsOf(type);
     for (size_t count : {size_t{40}, size_t{5000}}) {
@@ -410,12 +466,27 @@ TEST(InvariantAllreduceSpecialTest, NonFiniteLeavesOnVariousRanks) {
           ASSERT_TRUE(sameBits(reference.data() + i * want.size(), want.data(), 1, type))
               << "reference at element " << i;
         }
-        for (const RunOptions& options : {RunOptions{}, RunOptions{512, false}}) {
+        for (const RunOptions& options :
+             {RunOptions{}, RunOptions{512, false}, RunOptions{512, true}}) {
+          SCOPED_TRACE("segmentBytes=" + std::to_string(options.segmentBytes) +
+                       (options.inPlace ? " in place" : ""));
           expectEverywhere(runPlaced(Mode::kInvariant, leaves, placement, count, type, op, options),
                            reference, count, type);
         }
       }
     }
+  }
+}
+
+TEST(InvariantAllreduceSpecialTest, NonFiniteLeavesOnVariousRanks) {
+  // Six leaves on three ranks ({2, 1, 3}: the encoded transport); element step * k gets pattern
+  // k % 8, with the special values on leaves of different ranks (leaves 0-1: rank 0, leaf 2:
+  // rank 1, leaves 3-5: rank 2). The same leaves one per rank on six ranks take the leaf
+  // transport, where the owner of a shard meets the non-finite leaves of every rank.
+  for (const Placement& placement :
+       {place({2, 1, 3}, identity(6)), place({1, 1, 1, 1, 1, 1}, identity(6))}) {
+    SCOPED_TRACE(describe(placement));
+    nonFiniteLeavesCase(placement);
   }
 }
 
@@ -455,7 +526,10 @@ TEST(InvariantAllreduceSpecialTest, IntegersMinAndMaxMatchTheReference) {
           std::memcpy(&got, reference.data(), dataTypeSize(type));
           EXPECT_EQ(got, want) << "reference wrapping sum";
         }
-        for (const RunOptions& options : {RunOptions{}, RunOptions{512, false}}) {
+        for (const RunOptions& options :
+             {RunOptions{}, RunOptions{512, false}, RunOptions{512, true}}) {
+          SCOPED_TRACE("segmentBytes=" + std::to_string(options.segmentBytes) +
+                       (options.inPlace ? " in place" : ""));
           expectEverywhere(runPlaced(Mode::kInvariant, leaves, placement, count, type, op, options),
                            reference, count, type);
         }
