@@ -19,6 +19,9 @@ class Request {
   // Blocks until the transfer completes. For a receive, `bytes` (if not null) receives the size
   // of the message, which may be smaller than the posted capacity.
   virtual Status wait(size_t* bytes = nullptr) = 0;
+  // Nonblocking: true once the transfer has completed, with its status in *status (the size of
+  // a received message is only reported by wait). For loops that poll instead of blocking.
+  virtual bool test(Status* status) = 0;
 };
 
 class Communicator {

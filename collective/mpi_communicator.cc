@@ -49,6 +49,24 @@ class MpiRequest : public Request {
     if (bytes != nullptr) *bytes = total;
     return Status::ok();
   }
+  bool test(Status* status) override {
+    if (!done_ && posted_.isOk()) {
+      for (size_t i = 0; i < count_; ++i) {
+        MPI_Request& request = i == 0 ? first_ : more_[i - 1];
+        if (request == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        const int rc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          posted_ = mpiError("MPI_Test", rc);
+          break;
+        }
+        if (!flag) return false;
+      }
+    }
+    done_ = true;
+    *status = posted_;
+    return true;
+  }
   void fail(Status status) { posted_ = std::move(status); }
 
  private:

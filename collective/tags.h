@@ -10,6 +10,8 @@ constexpr int kTagReduceScatter = 2;   // ordered allreduce: pieces to the owner
 constexpr int kTagAllgatherShard = 3;  // ordered allreduce: reduced shards to every rank
 constexpr int kTagBroadcast = 4;
 constexpr int kTagAllgather = 5;
-constexpr int kTagRing = 6;  // ring allreduce
+constexpr int kTagRing = 6;         // ring allreduce
+constexpr int kTagNegotiation = 7;  // fusion engine: rank messages to the coordinator
+constexpr int kTagResponse = 8;     // fusion engine: the coordinator's response to every rank
 
 }  // namespace detcoll::collective

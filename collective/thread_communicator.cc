@@ -63,6 +63,20 @@ class ThreadWorld {
     cv_.notify_all();
   }
 
+  bool test(const std::shared_ptr<Transfer>& t, Status* status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!t->done) return false;
+    *status = t->status;
+    return true;
+  }
+
+  // The world of the index-th duplicate: the same ranks, its own messages.
+  std::shared_ptr<ThreadWorld> child(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (children_.size() <= index) children_.push_back(std::make_shared<ThreadWorld>(size_));
+    return children_[index];
+  }
+
   Status wait(const std::shared_ptr<Transfer>& t, size_t* bytes) {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return t->done; });
@@ -91,6 +105,7 @@ class ThreadWorld {
   std::map<Key, std::deque<std::shared_ptr<Transfer>>> recvs_;
   int barrierArrived_ = 0;
   uint64_t barrierGeneration_ = 0;
+  std::vector<std::shared_ptr<ThreadWorld>> children_;
 };
 
 namespace {
@@ -102,6 +117,7 @@ class ThreadRequest : public Request {
   // A pending transfer points into the caller's buffer: wait rather than leave it dangling.
   ~ThreadRequest() override { (void)world_->wait(transfer_, nullptr); }
   Status wait(size_t* bytes) override { return world_->wait(transfer_, bytes); }
+  bool test(Status* status) override { return world_->test(transfer_, status); }
 
  private:
   std::shared_ptr<ThreadWorld> world_;
@@ -132,6 +148,10 @@ std::unique_ptr<Request> ThreadCommunicator::irecv(void* data, size_t capacity, 
   t->bytes = capacity;
   world_->post(t, false, peer, rank_, tag);
   return std::make_unique<ThreadRequest>(world_, t);
+}
+
+std::unique_ptr<ThreadCommunicator> ThreadCommunicator::duplicate() {
+  return std::make_unique<ThreadCommunicator>(world_->child(duplicates_++), rank_);
 }
 
 Status ThreadCommunicator::barrier() {

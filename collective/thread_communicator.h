@@ -20,10 +20,14 @@ class ThreadCommunicator : public Communicator {
   std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* data, size_t capacity, int peer, int tag) override;
   Status barrier() override;
+  // A communicator over the same ranks whose messages never match this one's (MPI_Comm_dup):
+  // every rank's k-th duplicate joins the same world.
+  std::unique_ptr<ThreadCommunicator> duplicate();
 
  private:
   std::shared_ptr<ThreadWorld> world_;
   int rank_;
+  size_t duplicates_ = 0;
 };
 
 // Runs fn on `size` threads, each with the communicator of one rank, and joins them. Returns the

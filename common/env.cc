@@ -89,6 +89,9 @@ Status loadConfig(const EnvLookup& lookup, Config* config) {
   if (const char* v = lookUp(lookup, "DETCOLL_STALL_CHECK_SECONDS", nullptr, &used, &result)) {
     DETCOLL_RETURN_IF_ERROR(parseNonNegativeNumber(used, v, &result.stallCheckSeconds));
   }
+  if (const char* v = lookUp(lookup, "DETCOLL_STALL_SHUTDOWN_SECONDS", nullptr, &used, &result)) {
+    DETCOLL_RETURN_IF_ERROR(parseNonNegativeNumber(used, v, &result.stallShutdownSeconds));
+  }
   *config = std::move(result);
   return Status::ok();
 }

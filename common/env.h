@@ -20,6 +20,7 @@ struct Config {
   LogLevel logLevel = LogLevel::kWarn;          // DETCOLL_LOG_LEVEL
   std::string timelinePath;                     // DETCOLL_TIMELINE (file; empty: off)
   double stallCheckSeconds = 60.0;              // DETCOLL_STALL_CHECK_SECONDS (0: off)
+  double stallShutdownSeconds = 600.0;          // DETCOLL_STALL_SHUTDOWN_SECONDS (0: never)
   // "NAME=value" for every variable that was set, for the INFO log at init.
   std::vector<std::string> setVariables;
 };

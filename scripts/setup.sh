@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev libmpfr-dev)
+packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev libmpfr-dev nlohmann-json3-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -86,6 +86,40 @@ DETCOLL_API detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbu
 /* Thread-local text of the last failure in this thread; "" if none. */
 DETCOLL_API const char* detcoll_last_error(void);
 
+/* Asynchronous requests, served by the fusion engine (DETCOLL_FUSION_THRESHOLD,
+ * DETCOLL_CYCLE_TIME). A request is matched across ranks by its name, not by call order: ranks
+ * may enqueue in any order, from any thread; names must be unique among requests in flight on a
+ * rank (NULL: "detcoll.noname.<n>" from a per-rank counter, so unnamed requests must be enqueued
+ * in one order everywhere). In ordered and invariant mode the result has exactly the bits of the
+ * blocking call, whatever fusion and timing did. Buffers must stay valid and untouched until the
+ * request completes; the mode is the one in force at enqueue.
+ *
+ * A call that returns an error enqueued nothing and sets *handle to NULL. Otherwise the request's
+ * own outcome comes from detcoll_wait: a bad argument on any rank, ranks that disagree on a name
+ * (DETCOLL_ERR_MISMATCH), a name some ranks never submit (DETCOLL_ERR_TIMEOUT after
+ * DETCOLL_STALL_SHUTDOWN_SECONDS) or a shutdown fail it on every rank that enqueued it. Needs MPI
+ * at MPI_THREAD_MULTIPLE (detcoll_init asks for it when it initializes MPI). */
+typedef struct detcoll_request* detcoll_handle_t;
+DETCOLL_API detcoll_status_t detcoll_allreduce_async(const void* sendbuf, void* recvbuf,
+                                                     size_t count, detcoll_dtype_t dtype,
+                                                     detcoll_op_t op, const char* name,
+                                                     detcoll_handle_t* handle);
+/* n requests enqueued atomically, negotiated together and fused together where they fit;
+ * handles[i] for each (all NULL on error). */
+DETCOLL_API detcoll_status_t detcoll_grouped_allreduce_async(
+    int n, const void* const* sendbufs, void* const* recvbufs, const size_t* counts,
+    detcoll_dtype_t dtype, detcoll_op_t op, const char* const* names, detcoll_handle_t* handles);
+DETCOLL_API detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, detcoll_dtype_t dtype,
+                                                     int root, const char* name,
+                                                     detcoll_handle_t* handle);
+DETCOLL_API detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf,
+                                                     size_t count, detcoll_dtype_t dtype,
+                                                     const char* name, detcoll_handle_t* handle);
+/* *done = 1 once the request has completed (successfully or not); the handle stays valid. */
+DETCOLL_API detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done);
+/* Blocks until the request completes, returns its status and releases the handle. */
+DETCOLL_API detcoll_status_t detcoll_wait(detcoll_handle_t handle);
+
 #ifdef __cplusplus
 }
 #endif

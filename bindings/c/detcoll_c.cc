@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bindings/c/detcoll.h"
 #include "collective/collectives.h"
@@ -13,6 +14,7 @@
 #include "common/config.h"
 #include "common/env.h"
 #include "common/logging.h"
+#include "fusion/engine.h"
 
 #if DETCOLL_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -28,7 +30,11 @@ static_assert(static_cast<int>(Mode::kInvariant) == DETCOLL_MODE_INVARIANT);
 
 struct Runtime {
   std::unique_ptr<collective::MpiCommunicator> comm;
+  std::unique_ptr<collective::MpiCommunicator> engineComm;
   std::unique_ptr<collective::Collectives> collectives;
+  std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
+  std::string noEngine;                    // why there is no engine
+  uint64_t unnamed = 0;
   Config config;
   int localRank = 0;
   int localSize = 1;
@@ -83,8 +89,8 @@ Status initialize() {
   if (g_runtime) return Status::ok();
   int initialized = 0;
   MPI_Initialized(&initialized);
+  int provided = 0;
   if (!initialized) {
-    int provided = 0;
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return collective::mpiError("MPI_Init_thread", rc);
     g_ownsMpi = true;
@@ -92,7 +98,6 @@ Status initialize() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return Status::backend("MPI has been finalized; detcoll cannot initialize");
-    int provided = 0;
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_MULTIPLE) {
       DETCOLL_LOG(kWarn) << "MPI was initialized without MPI_THREAD_MULTIPLE; call detcoll "
@@ -116,6 +121,29 @@ Status initialize() {
     MPI_Comm_size(node, &runtime->localSize);
     MPI_Comm_free(&node);
   }
+  // The fusion engine runs on a thread of its own, over its own communicator, on every rank or
+  // none.
+  int lowest = provided;
+  MPI_Allreduce(&provided, &lowest, 1, MPI_INT, MPI_MIN, runtime->comm->handle());
+  if (lowest >= MPI_THREAD_MULTIPLE) {
+    DETCOLL_RETURN_IF_ERROR(
+        collective::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->engineComm));
+    fusion::EngineOptions options;
+    options.fusionThresholdBytes = runtime->config.fusionThresholdBytes;
+    options.cycleTimeMs = runtime->config.cycleTimeMs;
+    options.stallWarningSeconds = runtime->config.stallCheckSeconds;
+    options.stallShutdownSeconds = runtime->config.stallShutdownSeconds;
+    options.timelinePath = runtime->config.timelinePath;
+    runtime->engine = std::make_unique<fusion::Engine>(*runtime->engineComm, options);
+    // A timeline that cannot be written fails init on every rank (the engines still start, so
+    // that they can stop together).
+    Status started = runtime->engine->start();
+    DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, started));
+  } else {
+    runtime->noEngine =
+        "asynchronous requests need MPI at MPI_THREAD_MULTIPLE on every rank; "
+        "MPI was initialized at a lower thread level";
+  }
   for (const std::string& variable : runtime->config.setVariables) {
     DETCOLL_LOG(kInfo) << variable << " set by environment";
   }
@@ -125,10 +153,81 @@ Status initialize() {
   return Status::ok();
 }
 
+// The engine, or why there is none.
+Status engineFor(const char* call, fusion::Engine** engine) {
+  if (!g_runtime) return notInitialized(call);
+  if (!g_runtime->engine) {
+    return Status::invalidArgument(std::string(call) + ": " + g_runtime->noEngine);
+  }
+  *engine = g_runtime->engine.get();
+  return Status::ok();
+}
+
+// A request's spec from the caller's raw values; what is wrong with them goes into localError,
+// so that the request still fails on every rank.
+fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* recv, size_t count,
+                             int dtype, int op, int root, const char* name) {
+  fusion::RequestSpec spec;
+  spec.name = name != nullptr && name[0] != '\0'
+                  ? std::string(name)
+                  : "detcoll.noname." + std::to_string(g_runtime->unnamed++);
+  spec.send = send;
+  spec.recv = recv;
+  fusion::Descriptor& d = spec.descriptor;
+  d.kind = kind;
+  d.count = count;
+  d.root = root;
+  d.mode = currentMode();
+  if (isValidDataType(dtype)) {
+    d.type = static_cast<DataType>(dtype);
+  } else {
+    spec.localError = "unknown dtype " + std::to_string(dtype);
+  }
+  if (kind == fusion::RequestKind::kAllreduce) {
+    if (isValidReduceOp(op)) {
+      d.op = static_cast<ReduceOp>(op);
+    } else if (spec.localError.empty()) {
+      spec.localError = "unknown reduction op " + std::to_string(op);
+    }
+  }
+  Status memory = checkHostMemory(send, "sendbuf");
+  if (memory.isOk())
+    memory = checkHostMemory(recv, kind == fusion::RequestKind::kBroadcast ? "buf" : "recvbuf");
+  if (!memory.isOk() && spec.localError.empty()) spec.localError = memory.message();
+  return spec;
+}
+
+// Enqueues requests built by makeSpec as one group; handles[i] for each, all NULL on error.
+detcoll_status_t enqueue(const char* call, std::vector<fusion::RequestSpec> specs,
+                         detcoll_handle_t* handles);
+
 }  // namespace
 }  // namespace detcoll
 
+struct detcoll_request {
+  detcoll::fusion::RequestPtr request;
+};
+
 using namespace detcoll;
+
+namespace detcoll {
+namespace {
+
+detcoll_status_t enqueue(const char* call, std::vector<fusion::RequestSpec> specs,
+                         detcoll_handle_t* handles) {
+  fusion::Engine* engine = nullptr;
+  if (Status s = engineFor(call, &engine); !s.isOk()) return finish(s);
+  std::vector<fusion::RequestPtr> requests;
+  const size_t n = specs.size();
+  const Status status = engine->enqueueGroup(std::move(specs), nullptr, &requests);
+  if (!status.isOk())
+    return finish(Status(status.code(), std::string(call) + ": " + status.message()));
+  for (size_t i = 0; i < n; ++i) handles[i] = new detcoll_request{requests[i]};
+  return DETCOLL_SUCCESS;
+}
+
+}  // namespace
+}  // namespace detcoll
 
 extern "C" {
 
@@ -235,6 +334,93 @@ detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t co
 
 const char* detcoll_last_error(void) {
   return t_lastError.c_str();
+}
+
+detcoll_status_t detcoll_allreduce_async(const void* sendbuf, void* recvbuf, size_t count,
+                                         detcoll_dtype_t dtype, detcoll_op_t op, const char* name,
+                                         detcoll_handle_t* handle) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (handle == nullptr) {
+    return finish(Status::invalidArgument("detcoll_allreduce_async: handle is null"));
+  }
+  *handle = nullptr;
+  if (!g_runtime) return finish(notInitialized("detcoll_allreduce_async"));
+  std::vector<fusion::RequestSpec> specs;
+  specs.push_back(makeSpec(fusion::RequestKind::kAllreduce, sendbuf, recvbuf, count,
+                           static_cast<int>(dtype), static_cast<int>(op), 0, name));
+  return detcoll::enqueue("detcoll_allreduce_async", std::move(specs), handle);
+}
+
+detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendbufs,
+                                                 void* const* recvbufs, const size_t* counts,
+                                                 detcoll_dtype_t dtype, detcoll_op_t op,
+                                                 const char* const* names,
+                                                 detcoll_handle_t* handles) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const char* call = "detcoll_grouped_allreduce_async";
+  if (handles == nullptr)
+    return finish(Status::invalidArgument(std::string(call) + ": handles is null"));
+  if (n < 1) {
+    return finish(Status::invalidArgument(std::string(call) + ": n is " + std::to_string(n) +
+                                          "; a group needs at least one request"));
+  }
+  for (int i = 0; i < n; ++i) handles[i] = nullptr;
+  if (sendbufs == nullptr || recvbufs == nullptr || counts == nullptr) {
+    return finish(Status::invalidArgument(std::string(call) +
+                                          ": sendbufs, recvbufs and counts must not be null"));
+  }
+  if (!g_runtime) return finish(notInitialized(call));
+  std::vector<fusion::RequestSpec> specs;
+  for (int i = 0; i < n; ++i) {
+    specs.push_back(makeSpec(fusion::RequestKind::kAllreduce, sendbufs[i], recvbufs[i], counts[i],
+                             static_cast<int>(dtype), static_cast<int>(op), 0,
+                             names != nullptr ? names[i] : nullptr));
+  }
+  return detcoll::enqueue(call, std::move(specs), handles);
+}
+
+detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, detcoll_dtype_t dtype, int root,
+                                         const char* name, detcoll_handle_t* handle) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (handle == nullptr) {
+    return finish(Status::invalidArgument("detcoll_broadcast_async: handle is null"));
+  }
+  *handle = nullptr;
+  if (!g_runtime) return finish(notInitialized("detcoll_broadcast_async"));
+  std::vector<fusion::RequestSpec> specs;
+  specs.push_back(makeSpec(fusion::RequestKind::kBroadcast, nullptr, buf, count,
+                           static_cast<int>(dtype), 0, root, name));
+  return detcoll::enqueue("detcoll_broadcast_async", std::move(specs), handle);
+}
+
+detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf, size_t count,
+                                         detcoll_dtype_t dtype, const char* name,
+                                         detcoll_handle_t* handle) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (handle == nullptr) {
+    return finish(Status::invalidArgument("detcoll_allgather_async: handle is null"));
+  }
+  *handle = nullptr;
+  if (!g_runtime) return finish(notInitialized("detcoll_allgather_async"));
+  std::vector<fusion::RequestSpec> specs;
+  specs.push_back(makeSpec(fusion::RequestKind::kAllgather, sendbuf, recvbuf, count,
+                           static_cast<int>(dtype), 0, 0, name));
+  return detcoll::enqueue("detcoll_allgather_async", std::move(specs), handle);
+}
+
+detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done) {
+  if (handle == nullptr || done == nullptr) {
+    return finish(Status::invalidArgument("detcoll_poll: handle and done must not be null"));
+  }
+  *done = handle->request->done() ? 1 : 0;
+  return DETCOLL_SUCCESS;
+}
+
+detcoll_status_t detcoll_wait(detcoll_handle_t handle) {
+  if (handle == nullptr) return finish(Status::invalidArgument("detcoll_wait: handle is null"));
+  const Status status = handle->request->wait();
+  delete handle;
+  return finish(status);
 }
 
 }  // extern "C"

@@ -66,6 +66,7 @@ TEST(EnvTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(config.logLevel, LogLevel::kWarn);
   EXPECT_EQ(config.timelinePath, "");
   EXPECT_EQ(config.stallCheckSeconds, 60.0);
+  EXPECT_EQ(config.stallShutdownSeconds, 600.0);
   EXPECT_TRUE(config.setVariables.empty());
 }
 
@@ -131,6 +132,11 @@ TEST(EnvTest, TimelineAndStallCheckValues) {
   EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "0"}}).stallCheckSeconds, 0.0);
   EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "12.5"}}).stallCheckSeconds, 12.5);
   for (const char* bad : {"-1", "soon", "60s"}) expectRejected("DETCOLL_STALL_CHECK_SECONDS", bad);
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_SHUTDOWN_SECONDS", "0"}}).stallShutdownSeconds, 0.0);
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_SHUTDOWN_SECONDS", "2.5"}}).stallShutdownSeconds, 2.5);
+  for (const char* bad : {"-3", "never", "1e"}) {
+    expectRejected("DETCOLL_STALL_SHUTDOWN_SECONDS", bad);
+  }
 }
 
 TEST(EnvTest, HorovodVariablesAreUsedWhenOursAreUnset) {

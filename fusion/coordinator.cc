@@ -1,0 +1,209 @@
+#include "fusion/coordinator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <unordered_map>
+#include <utility>
+
+namespace detcoll::fusion {
+namespace {
+
+double secondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", s);
+  return text;
+}
+
+constexpr auto kPartialWindow = std::chrono::milliseconds(5);
+
+}  // namespace
+
+std::string describeRanks(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) text += i + 1 == ranks.size() ? " and " : ", ";
+    text += std::to_string(ranks[i]);
+  }
+  return text;
+}
+
+Coordinator::Coordinator(int size, CoordinatorOptions options)
+    : size_(size), options_(std::move(options)) {}
+
+void Coordinator::submit(int rank, const std::string& name, const Descriptor& d,
+                         const std::string& error, Clock::time_point now) {
+  auto [it, fresh] = pending_.try_emplace(name);
+  Pending& p = it->second;
+  if (fresh) {
+    p.submitted.assign(size_, false);
+    p.descriptors.resize(size_);
+    p.errors.resize(size_);
+    p.first = p.lastWarning = now;
+  }
+  if (p.submitted[rank]) return;  // a rank announces a request once; keep the first
+  p.submitted[rank] = true;
+  p.descriptors[rank] = d;
+  p.errors[rank] = error;
+  ++p.count;
+}
+
+std::string Coordinator::disagreement(const std::string& name, const Pending& p,
+                                      StatusCode* code) const {
+  const std::string what = std::string(requestKindName(p.descriptors[0].kind)) + " '" + name + "'";
+  std::string invalid;
+  for (int r = 0; r < size_; ++r) {
+    if (p.errors[r].empty()) continue;
+    invalid += (invalid.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " +
+               p.errors[r];
+  }
+  if (!invalid.empty()) {
+    *code = StatusCode::kInvalidArgument;
+    return what + ": " + invalid;
+  }
+  // Ranks grouped by descriptor, in order of their lowest rank.
+  std::vector<std::pair<Descriptor, std::vector<int>>> groups;
+  for (int r = 0; r < size_; ++r) {
+    auto it = groups.begin();
+    while (it != groups.end() && it->first != p.descriptors[r]) ++it;
+    if (it == groups.end()) {
+      groups.push_back({p.descriptors[r], {r}});
+    } else {
+      it->second.push_back(r);
+    }
+  }
+  if (groups.size() == 1) return "";
+  *code = StatusCode::kMismatch;
+  std::string text = what + ": ranks disagree: ";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& [d, ranks] = groups[g];
+    text += (g ? "; " : "") + describeRanks(ranks) + (ranks.size() == 1 ? " has " : " have ") +
+            describe(d);
+  }
+  return text;
+}
+
+void Coordinator::failGroup(uint64_t groupKey, const std::string& failed, Response& response) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const Pending& p = it->second;
+    bool member = false;
+    for (int r = 0; r < size_ && !member; ++r) {
+      member =
+          p.submitted[r] && p.descriptors[r].groupSize > 1 && p.descriptors[r].groupKey == groupKey;
+    }
+    if (!member) {
+      ++it;
+      continue;
+    }
+    response.errors.push_back(
+        {it->first, Status::invalidArgument("'" + it->first + "' was enqueued in a group with '" +
+                                            failed + "', which failed")});
+    it = pending_.erase(it);
+  }
+}
+
+Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::time_point now) {
+  Response response;
+  for (int r = 0; r < size_; ++r) {
+    const RankMessage& m = messages[r];
+    if (m.shutdown && !response.shutdown) {
+      response.shutdown = true;
+      response.shutdownReason = "rank " + std::to_string(r) + " shut detcoll down";
+    }
+    for (uint32_t id : m.cached.ids()) {
+      if (cache_.contains(id)) submit(r, cache_.name(id), cache_.descriptor(id), "", now);
+    }
+    for (const Announcement& a : m.announced) submit(r, a.name, a.descriptor, a.error, now);
+  }
+  if (response.shutdown) return response;  // every rank fails what it has pending
+
+  // Names every rank has announced: ready, or failed everywhere.
+  std::vector<std::string> candidates;
+  std::unordered_map<uint64_t, uint32_t> groupCandidates;
+  std::vector<std::pair<std::string, Status>> failures;
+  for (const auto& [name, p] : pending_) {
+    if (p.count < size_) continue;
+    StatusCode code = StatusCode::kSuccess;
+    std::string why = disagreement(name, p, &code);
+    if (!why.empty()) {
+      failures.emplace_back(name, Status(code, std::move(why)));
+      continue;
+    }
+    candidates.push_back(name);
+    const Descriptor& d = p.descriptors[0];
+    if (d.groupSize > 1) ++groupCandidates[d.groupKey];
+  }
+  // Each failed name gets its own error; then the other pending members of their groups fail.
+  std::vector<std::pair<uint64_t, std::string>> failedGroups;
+  for (auto& [name, status] : failures) {
+    const auto it = pending_.find(name);
+    const Descriptor d = it->second.descriptors[0];
+    pending_.erase(it);
+    response.errors.push_back({name, std::move(status)});
+    if (d.groupSize > 1) failedGroups.emplace_back(d.groupKey, name);
+  }
+  for (const auto& [key, name] : failedGroups) failGroup(key, name, response);
+  for (const std::string& name : candidates) {
+    const auto it = pending_.find(name);
+    if (it == pending_.end()) continue;  // failed with its group
+    const Descriptor d = it->second.descriptors[0];
+    if (d.groupSize > 1 && groupCandidates[d.groupKey] < d.groupSize) continue;  // wait for all
+    if (const auto id = cache_.find(name, d)) {
+      response.cachedReady.set(*id);
+    } else {
+      response.ready.push_back({name, d});
+    }
+    pending_.erase(it);
+  }
+  for (const ReadyEntry& e : response.ready) cache_.record(e.name, e.descriptor);
+
+  // Stalls: names some ranks have not announced.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& p = it->second;
+    const double age = secondsBetween(p.first, now);
+    if (p.count == size_) {
+      ++it;
+      continue;
+    }
+    std::vector<int> have;
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) (p.submitted[r] ? have : missing).push_back(r);
+    const std::string what =
+        std::string(requestKindName(p.descriptors[have[0]].kind)) + " '" + it->first + "'";
+    if (options_.stallShutdownSeconds > 0 && age >= options_.stallShutdownSeconds) {
+      const Descriptor d = p.descriptors[have[0]];
+      const std::string name = it->first;
+      response.errors.push_back(
+          {name,
+           Status::timeout(what + " stalled: " + describeRanks(missing) +
+                           " did not submit it within " + seconds(options_.stallShutdownSeconds) +
+                           " (submitted by " + describeRanks(have) + ")")});
+      it = pending_.erase(it);
+      if (d.groupSize > 1) {
+        failGroup(d.groupKey, name, response);
+        it = pending_.upper_bound(name);
+      }
+      continue;
+    }
+    if (options_.stallWarningSeconds > 0 && age >= options_.stallWarningSeconds &&
+        secondsBetween(p.lastWarning, now) >= options_.stallWarningSeconds) {
+      p.lastWarning = now;
+      if (options_.warn) {
+        options_.warn("stall: " + what + " waited " + seconds(age) + " for " +
+                      describeRanks(missing) + "; submitted by " + describeRanks(have));
+      }
+    }
+    ++it;
+  }
+  // Names announced within the last few milliseconds by some ranks only: the others are probably
+  // enqueueing them now. (Older ones are stalling, and cycles at full speed would not help.)
+  for (const auto& [name, p] : pending_) {
+    response.partial = response.partial || (p.count < size_ && now - p.first < kPartialWindow);
+  }
+  return response;
+}
+
+}  // namespace detcoll::fusion

@@ -1,0 +1,443 @@
+#include "fusion/engine.h"
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "collective/mode_allreduce.h"
+#include "collective/tags.h"
+#include "common/logging.h"
+
+namespace detcoll::fusion {
+namespace {
+
+using collective::Communicator;
+using RequestSet = std::vector<std::unique_ptr<collective::Request>>;
+
+// Waits for every request by polling: spinning (with yields) for a short while, since the other
+// ranks usually arrive within microseconds of each other, then sleeping between polls, so that an
+// engine waiting for a slower rank leaves the cores to the training. Returns the first failure.
+Status pollAll(RequestSet& requests) {
+  constexpr auto kSpin = std::chrono::microseconds(500);
+  std::vector<bool> done(requests.size(), false);
+  size_t remaining = requests.size();
+  Status first;
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Status status;
+      if (done[i] || !requests[i]->test(&status)) continue;
+      done[i] = true;
+      --remaining;
+      if (first.isOk() && !status.isOk()) first = status;
+    }
+    if (remaining == 0) break;
+    if (Clock::now() - start < kSpin) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  requests.clear();
+  return first;
+}
+
+// Negotiation messages are framed: the first message carries the total size and up to
+// kFirstBytes; a longer one continues in a second message with the same tag.
+constexpr size_t kFirstBytes = 64 << 10;
+
+struct Framed {
+  std::vector<uint8_t> first;
+  const uint8_t* rest = nullptr;
+  size_t restBytes = 0;
+};
+
+Framed frame(const std::vector<uint8_t>& payload) {
+  Framed f;
+  const uint64_t total = payload.size();
+  const size_t head = std::min<size_t>(payload.size(), kFirstBytes - sizeof(total));
+  f.first.resize(sizeof(total) + head);
+  std::memcpy(f.first.data(), &total, sizeof(total));
+  if (head > 0) std::memcpy(f.first.data() + sizeof(total), payload.data(), head);
+  f.rest = payload.data() + head;
+  f.restBytes = payload.size() - head;
+  return f;
+}
+
+void postFramed(Communicator& comm, const Framed& f, int peer, int tag, RequestSet& sends) {
+  sends.push_back(comm.isend(f.first.data(), f.first.size(), peer, tag));
+  if (f.restBytes > 0) sends.push_back(comm.isend(f.rest, f.restBytes, peer, tag));
+}
+
+// Completes a framed receive whose first message has arrived in `first`.
+Status finishFramed(Communicator& comm, const std::vector<uint8_t>& first, int peer, int tag,
+                    std::vector<uint8_t>* payload) {
+  uint64_t total = 0;
+  std::memcpy(&total, first.data(), sizeof(total));
+  const size_t head = std::min<size_t>(total, kFirstBytes - sizeof(total));
+  payload->assign(first.begin() + sizeof(total), first.begin() + sizeof(total) + head);
+  if (total > head) {
+    payload->resize(total);
+    DETCOLL_RETURN_IF_ERROR(
+        collective::recvBytes(comm, payload->data() + head, total - head, peer, tag));
+  }
+  return Status::ok();
+}
+
+uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the names, each ended by a zero byte
+  for (const RequestSpec& spec : specs) {
+    for (char c : spec.name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+    h = (h ^ 0) * 0x100000001b3ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+bool overlapsPartially(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  if (a == b || aBytes == 0 || bBytes == 0) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bBytes && y < x + aBytes;
+}
+
+std::string mebibytes(size_t bytes) {
+  return std::to_string(bytes / 1024) + " KiB";
+}
+
+}  // namespace
+
+Engine::Engine(Communicator& comm, EngineOptions options)
+    : comm_(comm),
+      options_(std::move(options)),
+      fusionThresholdBytes_(options_.fusionThresholdBytes) {
+  if (comm_.rank() == 0) {
+    CoordinatorOptions c;
+    c.stallWarningSeconds = options_.stallWarningSeconds;
+    c.stallShutdownSeconds = options_.stallShutdownSeconds;
+    c.warn =
+        options_.warn ? options_.warn : [](const std::string& text) { DETCOLL_LOG(kWarn) << text; };
+    coordinator_ = std::make_unique<Coordinator>(comm_.size(), std::move(c));
+  }
+}
+
+Engine::~Engine() {
+  shutdown();
+  timeline_.close();
+}
+
+Status Engine::start() {
+  Status status;
+  if (comm_.rank() == 0 && !options_.timelinePath.empty()) {
+    status = timeline_.open(options_.timelinePath);
+  }
+  // The thread starts even when the timeline failed: every rank's engine must take part in the
+  // cycles, if only to stop together.
+  thread_ = std::thread([this] { loop(); });
+  return status;
+}
+
+std::string Engine::localCheck(const RequestSpec& spec) const {
+  if (!spec.localError.empty()) return spec.localError;
+  const Descriptor& d = spec.descriptor;
+  const size_t es = dataTypeSize(d.type);
+  const size_t p = static_cast<size_t>(comm_.size());
+  if (d.count > SIZE_MAX / es / p) {
+    return "count " + std::to_string(d.count) + " overflows the size of a buffer";
+  }
+  const size_t bytes = d.bytes();
+  switch (d.kind) {
+    case RequestKind::kAllreduce:
+      if (d.count > 0 && spec.send == nullptr) return "sendbuf is null";
+      if (d.count > 0 && spec.recv == nullptr) return "recvbuf is null";
+      if (overlapsPartially(spec.send, bytes, spec.recv, bytes)) {
+        return "sendbuf and recvbuf overlap without being the same buffer";
+      }
+      break;
+    case RequestKind::kBroadcast:
+      if (d.count > 0 && spec.recv == nullptr) return "buf is null";
+      if (d.root < 0 || d.root >= comm_.size()) {
+        return "root " + std::to_string(d.root) + " is not a rank of a world of " +
+               std::to_string(comm_.size());
+      }
+      break;
+    case RequestKind::kAllgather: {
+      if (d.count > 0 && spec.send == nullptr) return "sendbuf is null";
+      if (d.count > 0 && spec.recv == nullptr) return "recvbuf is null";
+      const char* slot = static_cast<const char*>(spec.recv) + comm_.rank() * bytes;
+      if (spec.send != slot && overlapsPartially(spec.send, bytes, spec.recv, bytes * p)) {
+        return "sendbuf overlaps recvbuf other than at this rank's slot";
+      }
+      break;
+    }
+  }
+  return "";
+}
+
+Status Engine::enqueue(RequestSpec spec, Request::Callback callback, RequestPtr* request) {
+  std::vector<RequestSpec> specs;
+  specs.push_back(std::move(spec));
+  std::vector<RequestPtr> requests;
+  DETCOLL_RETURN_IF_ERROR(enqueueGroup(std::move(specs), callback, &requests));
+  *request = requests[0];
+  return Status::ok();
+}
+
+Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callback& callback,
+                            std::vector<RequestPtr>* requests) {
+  requests->clear();
+  if (specs.empty()) return Status::invalidArgument("a group needs at least one request");
+  const uint64_t key = specs.size() > 1 ? groupKeyOf(specs) : 0;
+  for (RequestSpec& spec : specs) {
+    spec.descriptor.groupKey = key;
+    spec.descriptor.groupSize = static_cast<uint32_t>(specs.size());
+    spec.localError = localCheck(spec);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopped_ || shutdownRequested_) {
+    return Status::notInitialized(
+        "detcoll has shut down" +
+        (stoppedBecause_.message().empty() ? "" : " (" + stoppedBecause_.message() + ")") + "; '" +
+        specs[0].name + "' was not enqueued");
+  }
+  std::unordered_set<std::string> seen;
+  for (const RequestSpec& spec : specs) {
+    if (names_.count(spec.name) > 0 || !seen.insert(spec.name).second) {
+      return Status::invalidArgument(
+          std::string(requestKindName(spec.descriptor.kind)) + " '" + spec.name +
+          "' is already enqueued on this rank and not complete; names must be unique among "
+          "requests in flight");
+    }
+  }
+  for (RequestSpec& spec : specs) {
+    names_.insert(spec.name);
+    requests->push_back(std::make_shared<Request>(std::move(spec), callback));
+    queue_.push_back(requests->back());
+  }
+  return Status::ok();
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdownRequested_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::finish(const RequestPtr& request, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    names_.erase(request->name());
+  }
+  request->complete(status);
+}
+
+void Engine::stop(const Status& why) {
+  std::vector<RequestPtr> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = true;
+    stoppedBecause_ = why;
+    queued.swap(queue_);
+  }
+  for (auto& request : queued) pending_.emplace(request->name(), request);
+  for (auto& [name, request] : pending_) {
+    finish(request, Status(why.code(), std::string(requestKindName(request->descriptor().kind)) +
+                                           " '" + name + "' did not complete: " + why.message()));
+  }
+  pending_.clear();
+}
+
+void Engine::loop() {
+  run();
+  timeline_.close();  // complete and readable once the engine has stopped
+}
+
+void Engine::run() {
+  const auto cycle = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(options_.cycleTimeMs));
+  Clock::time_point next = Clock::now();
+  for (;;) {
+    std::vector<RequestPtr> fresh;
+    bool shutdown = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_until(lock, next, [&] { return shutdownRequested_; });
+      fresh.swap(queue_);
+      shutdown = shutdownRequested_;
+    }
+
+    RankMessage message;
+    message.shutdown = shutdown;
+    for (const RequestPtr& request : fresh) {
+      pending_.emplace(request->name(), request);
+      const RequestSpec& spec = request->spec();
+      const auto id =
+          spec.localError.empty() ? cache_.find(spec.name, spec.descriptor) : std::nullopt;
+      if (id) {
+        message.cached.set(*id);
+      } else {
+        message.announced.push_back({spec.name, spec.descriptor, spec.localError});
+      }
+    }
+
+    Response response;
+    const Status exchanged = exchange(message, &response);
+    // The next cycle starts one cycle time after this exchange ended: that moment is nearly the
+    // same on every rank, so the ranks' cycles stay in phase and a request waits at most about
+    // one cycle time for its negotiation. While some names are announced by some ranks only, the
+    // others are most likely enqueueing them now: the next cycle starts at once.
+    next = response.partial ? Clock::now() : Clock::now() + cycle;
+    if (!exchanged.isOk()) {
+      DETCOLL_LOG(kError) << "negotiation failed: " << exchanged.toString();
+      stop(Status(exchanged.code(), "the negotiation failed: " + exchanged.message()));
+      return;
+    }
+    if (response.shutdown) {
+      stop(Status::notInitialized("detcoll shut down (" + response.shutdownReason + ")"));
+      return;
+    }
+    for (const ErrorEntry& e : response.errors) {
+      const auto it = pending_.find(e.name);
+      if (it == pending_.end()) continue;  // not submitted here (a stall's missing rank)
+      const RequestPtr request = it->second;
+      pending_.erase(it);
+      finish(request, e.status);
+    }
+    std::vector<RequestPtr> ready;
+    auto take = [&](const std::string& name) {
+      const auto it = pending_.find(name);
+      if (it == pending_.end()) return false;
+      ready.push_back(it->second);
+      pending_.erase(it);
+      return true;
+    };
+    bool consistent = true;
+    for (uint32_t id : response.cachedReady.ids()) {
+      consistent = consistent && cache_.contains(id) && take(cache_.name(id));
+    }
+    for (const ReadyEntry& e : response.ready) {
+      cache_.record(e.name, e.descriptor);
+      consistent = consistent && take(e.name);
+    }
+    if (!consistent) {
+      // Only a protocol bug gets here: stop rather than run collectives the others may not run.
+      for (const RequestPtr& request : ready) pending_.emplace(request->name(), request);
+      stop(
+          Status::internal("the negotiation's response names a request this rank did not "
+                           "announce"));
+      return;
+    }
+    if (timeline_.active()) {
+      const Clock::time_point now = Clock::now();
+      for (const RequestPtr& request : ready) {
+        timeline_.phase(request->name(), "NEGOTIATE", request->enqueued(), now);
+      }
+    }
+    execute(ready);
+  }
+}
+
+Status Engine::exchange(const RankMessage& mine, Response* response) {
+  const int p = comm_.size();
+  RequestSet requests;
+  if (comm_.rank() != 0) {
+    const std::vector<uint8_t> payload = encode(mine);
+    const Framed out = frame(payload);
+    std::vector<uint8_t> first(kFirstBytes);
+    requests.push_back(comm_.irecv(first.data(), first.size(), 0, collective::kTagResponse));
+    postFramed(comm_, out, 0, collective::kTagNegotiation, requests);
+    DETCOLL_RETURN_IF_ERROR(pollAll(requests));
+    std::vector<uint8_t> answer;
+    DETCOLL_RETURN_IF_ERROR(finishFramed(comm_, first, 0, collective::kTagResponse, &answer));
+    return decode(answer.data(), answer.size(), response);
+  }
+  std::vector<std::vector<uint8_t>> firsts(p, std::vector<uint8_t>(kFirstBytes));
+  for (int r = 1; r < p; ++r) {
+    requests.push_back(comm_.irecv(firsts[r].data(), kFirstBytes, r, collective::kTagNegotiation));
+  }
+  DETCOLL_RETURN_IF_ERROR(pollAll(requests));
+  std::vector<RankMessage> messages(p);
+  messages[0] = mine;
+  for (int r = 1; r < p; ++r) {
+    std::vector<uint8_t> payload;
+    DETCOLL_RETURN_IF_ERROR(
+        finishFramed(comm_, firsts[r], r, collective::kTagNegotiation, &payload));
+    DETCOLL_RETURN_IF_ERROR(decode(payload.data(), payload.size(), &messages[r]));
+  }
+  *response = coordinator_->process(messages, Clock::now());
+  const std::vector<uint8_t> answer = encode(*response);
+  const Framed out = frame(answer);
+  for (int r = 1; r < p; ++r) postFramed(comm_, out, r, collective::kTagResponse, requests);
+  return pollAll(requests);
+}
+
+void Engine::execute(const std::vector<RequestPtr>& ready) {
+  PlanOptions plan;
+  plan.fusionThresholdBytes = fusionThresholdBytes_.load();
+  plan.directBytes = options_.directBytes;
+  for (const Batch& batch : planBatches(ready, plan)) {
+    Status status = runBatch(batch);
+    for (const RequestPtr& request : batch.requests) finish(request, status);
+  }
+}
+
+Status Engine::runBatch(const Batch& batch) {
+  const RequestPtr& lead = batch.requests[0];
+  const Descriptor& d = lead->descriptor();
+  const RequestSpec& spec = lead->spec();
+  const Clock::time_point begin = Clock::now();
+  Status status;
+  if (d.kind == RequestKind::kBroadcast) {
+    status = comm_.broadcast(spec.recv, d.bytes(), d.root);
+  } else if (d.kind == RequestKind::kAllgather) {
+    status = d.count == 0 ? Status::ok() : comm_.allgather(spec.send, spec.recv, d.bytes());
+  } else if (!batch.fused) {
+    status = collective::modeAllreduce(comm_, d.mode, spec.send, spec.recv, d.count, d.type, d.op,
+                                       options_.ordered);
+  } else {
+    if (fusionBuffer_.size() < batch.bytes) fusionBuffer_.resize(batch.bytes);
+    char* buffer = fusionBuffer_.data();
+    size_t offset = 0;
+    for (const RequestPtr& request : batch.requests) {
+      const size_t bytes = request->descriptor().bytes();
+      std::memcpy(buffer + offset, request->spec().send, bytes);
+      offset += bytes;
+    }
+    const Clock::time_point copiedIn = Clock::now();
+    status =
+        collective::modeAllreduce(comm_, d.mode, buffer, buffer, batch.bytes / dataTypeSize(d.type),
+                                  d.type, d.op, options_.ordered);
+    const Clock::time_point reduced = Clock::now();
+    if (status.isOk()) {
+      offset = 0;
+      for (const RequestPtr& request : batch.requests) {
+        const size_t bytes = request->descriptor().bytes();
+        std::memcpy(request->spec().recv, buffer + offset, bytes);
+        offset += bytes;
+      }
+    }
+    if (timeline_.active()) {
+      const Clock::time_point end = Clock::now();
+      const std::string detail = "fused with " + std::to_string(batch.requests.size() - 1) +
+                                 " others, " + mebibytes(batch.bytes);
+      for (const RequestPtr& request : batch.requests) {
+        timeline_.phase(request->name(), "COPY_IN", begin, copiedIn, detail);
+        timeline_.phase(request->name(), "ALLREDUCE", copiedIn, reduced, detail);
+        timeline_.phase(request->name(), "COPY_OUT", reduced, end, detail);
+      }
+    }
+    return status;
+  }
+  if (timeline_.active()) {
+    const char* phase = d.kind == RequestKind::kAllreduce   ? "ALLREDUCE"
+                        : d.kind == RequestKind::kBroadcast ? "BROADCAST"
+                                                            : "ALLGATHER";
+    timeline_.phase(lead->name(), phase, begin, Clock::now(), mebibytes(d.bytes()));
+  }
+  return status;
+}
+
+}  // namespace detcoll::fusion

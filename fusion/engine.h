@@ -1,0 +1,119 @@
+#pragma once
+
+// The fusion engine: Horovod's tensor queue and background cycle, with results that do not
+// depend on timing.
+//
+// Framework threads enqueue named requests (allreduce, broadcast, allgather; alone or as a group)
+// and wait, poll, or get a callback. A background thread runs a cycle every cycleTimeMs: it
+// announces the requests enqueued since the last cycle to the coordinator (rank 0; coordinator.h),
+// whose response, the same on every rank, lists the requests every rank has announced with the
+// same descriptor and those that failed. Every rank then plans the same batches (planner.h), runs
+// them on the engine's own communicator and completes the requests.
+//
+// Errors: a name enqueued again before its request completed is refused at once on that rank;
+// a request that fails a local check (null buffer, root out of range, ...) fails on every rank,
+// naming the rank; ranks that give one name different descriptors all get DETCOLL_ERR_MISMATCH;
+// a name some ranks never submit is reported (a warning naming the missing ranks) every
+// stallWarningSeconds and fails everywhere with DETCOLL_ERR_TIMEOUT after stallShutdownSeconds.
+// shutdown() on any rank stops every rank's engine at its next cycle; requests not yet complete
+// then fail, and later enqueues are refused.
+//
+// Buffers belong to the caller and must stay valid and untouched until the request completes.
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "collective/ordered_allreduce.h"
+#include "fusion/coordinator.h"
+#include "fusion/planner.h"
+#include "fusion/request.h"
+#include "fusion/response_cache.h"
+#include "fusion/timeline.h"
+
+namespace detcoll::fusion {
+
+struct EngineOptions {
+  size_t fusionThresholdBytes = 64 << 20;  // 0: no fusion
+  size_t directBytes = 1 << 20;            // allreduces this large run on their own buffers
+  double cycleTimeMs = 1.0;
+  double stallWarningSeconds = 60;    // 0: no warnings
+  double stallShutdownSeconds = 600;  // 0: wait forever
+  std::string timelinePath;           // written by rank 0; empty: none
+  collective::OrderedAllreduceOptions ordered;
+  // Receives the coordinator's stall warnings (rank 0); unset: logged at WARN.
+  std::function<void(const std::string&)> warn;
+};
+
+class Engine {
+ public:
+  // comm is the engine's alone: no other code may send on it while the engine runs.
+  Engine(collective::Communicator& comm, EngineOptions options);
+  ~Engine();  // shutdown()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts the background thread; every rank must start its engine. A failure (the timeline
+  // file) is returned, but the thread runs all the same, so that shutdown() works everywhere.
+  Status start();
+
+  // Enqueues one request. Refused at once (no request) when the name is already enqueued on this
+  // rank, or the engine has stopped; a request failing a local check is enqueued and fails on
+  // every rank. spec.descriptor.groupKey/groupSize are set here. The callback runs on the
+  // engine's thread, before waiters wake.
+  Status enqueue(RequestSpec spec, Request::Callback callback, RequestPtr* request);
+  // Enqueues requests atomically as a group: negotiated together, ready in the same cycle, fused
+  // together where they fit. All or none are enqueued.
+  Status enqueueGroup(std::vector<RequestSpec> specs, const Request::Callback& callback,
+                      std::vector<RequestPtr>* requests);
+
+  // Asks every rank's engine to stop and waits for this rank's to finish its cycle.
+  void shutdown();
+
+  // Changes the fusion threshold. Every rank must make the same change while it has no request
+  // in flight: a request is planned only once every rank has enqueued it, so every rank then
+  // plans it with the new value.
+  void setFusionThreshold(size_t bytes) { fusionThresholdBytes_.store(bytes); }
+
+ private:
+  void loop();
+  void run();  // the cycles, until the engines stop
+  Status exchange(const RankMessage& mine, Response* response);
+  void execute(const std::vector<RequestPtr>& ready);
+  Status runBatch(const Batch& batch);
+  // Completes a request and frees its name for the next enqueue.
+  void finish(const RequestPtr& request, const Status& status);
+  void stop(const Status& why);
+  std::string localCheck(const RequestSpec& spec) const;
+
+  collective::Communicator& comm_;
+  const EngineOptions options_;
+  std::atomic<size_t> fusionThresholdBytes_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0
+  Timeline timeline_;
+  std::thread thread_;
+
+  // Shared with the enqueuing threads.
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<RequestPtr> queue_;
+  std::unordered_set<std::string> names_;  // enqueued on this rank and not complete
+  bool shutdownRequested_ = false;
+  bool stopped_ = false;
+  Status stoppedBecause_;
+
+  // The background thread's own.
+  ResponseCache cache_;
+  std::unordered_map<std::string, RequestPtr> pending_;  // announced, not yet answered
+  std::vector<char> fusionBuffer_;
+};
+
+}  // namespace detcoll::fusion

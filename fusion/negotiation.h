@@ -1,0 +1,79 @@
+#pragma once
+
+// The messages of one negotiation cycle (engine.h): every rank sends the coordinator a
+// RankMessage, the coordinator (coordinator.h) answers every rank with the same Response.
+//
+// A request is announced once, in the first cycle after it was enqueued: as a bit when the
+// response cache (response_cache.h) holds its name with the same descriptor (the steady state:
+// a step of training costs a few bytes per rank), else in full. Requests that failed a local
+// check are announced in full with the error text, so that every rank fails them alike.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "fusion/request.h"
+
+namespace detcoll::fusion {
+
+// A set of cache ids.
+class BitSet {
+ public:
+  void set(uint32_t i) {
+    if (words_.size() <= i / 64) words_.resize(i / 64 + 1, 0);
+    words_[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  bool test(uint32_t i) const {
+    return i / 64 < words_.size() && (words_[i / 64] >> (i % 64) & 1) != 0;
+  }
+  bool empty() const;
+  // Set ids in increasing order.
+  std::vector<uint32_t> ids() const;
+  std::vector<uint64_t>& words() { return words_; }
+  const std::vector<uint64_t>& words() const { return words_; }
+
+ private:
+  std::vector<uint64_t> words_;
+};
+
+struct Announcement {
+  std::string name;
+  Descriptor descriptor;
+  std::string error;  // a local check's failure; empty when the request is valid
+};
+
+struct RankMessage {
+  bool shutdown = false;  // this rank asks every rank to stop
+  BitSet cached;          // cache ids of newly enqueued requests the cache describes
+  std::vector<Announcement> announced;
+};
+
+struct ReadyEntry {
+  std::string name;
+  Descriptor descriptor;
+};
+
+struct ErrorEntry {
+  std::string name;
+  Status status;
+};
+
+struct Response {
+  bool shutdown = false;
+  std::string shutdownReason;
+  BitSet cachedReady;              // ready everywhere, by cache id (run first, in id order)
+  std::vector<ReadyEntry> ready;   // ready everywhere, not in the cache (run next, in this order)
+  std::vector<ErrorEntry> errors;  // fail these names on every rank that has them
+  // Some names were announced in the last few milliseconds by some ranks only: the rest are
+  // probably being enqueued right now, so the next cycle starts at once instead of a cycle time
+  // later.
+  bool partial = false;
+};
+
+std::vector<uint8_t> encode(const RankMessage& m);
+Status decode(const uint8_t* data, size_t size, RankMessage* m);
+std::vector<uint8_t> encode(const Response& r);
+Status decode(const uint8_t* data, size_t size, Response* r);
+
+}  // namespace detcoll::fusion

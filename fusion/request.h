@@ -1,0 +1,92 @@
+#pragma once
+
+// One asynchronous request of the fusion engine: what it is (the descriptor every rank must agree
+// on), where its data lives, and its completion, which a framework thread waits or polls on or
+// hears through a callback.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace detcoll::fusion {
+
+enum class RequestKind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3 };
+const char* requestKindName(RequestKind kind);
+
+// What every rank must give identically for one name. groupKey and groupSize are those of the
+// group the request was enqueued in (0 and 1 when alone).
+struct Descriptor {
+  RequestKind kind = RequestKind::kAllreduce;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;  // allreduce
+  Mode mode = Mode::kOrdered;    // allreduce
+  int32_t root = 0;              // broadcast
+  uint64_t count = 0;            // elements (per rank for allgather)
+  uint64_t groupKey = 0;
+  uint32_t groupSize = 1;
+
+  bool operator==(const Descriptor& o) const {
+    return kind == o.kind && type == o.type && op == o.op && mode == o.mode && root == o.root &&
+           count == o.count && groupKey == o.groupKey && groupSize == o.groupSize;
+  }
+  bool operator!=(const Descriptor& o) const { return !(*this == o); }
+  // Bytes of the buffer a rank sends.
+  size_t bytes() const { return static_cast<size_t>(count) * dataTypeSize(type); }
+};
+
+// "allreduce float32[1000] sum ordered", "broadcast int64[8] root 2", plus " in a group of 3".
+std::string describe(const Descriptor& d);
+
+struct RequestSpec {
+  std::string name;
+  Descriptor descriptor;
+  const void* send = nullptr;  // allreduce, allgather
+  void* recv = nullptr;        // allreduce, allgather (size() * count elements); broadcast buffer
+  // A local check's failure (the binding's, or the engine's at enqueue): the request is still
+  // negotiated, so that it fails on every rank.
+  std::string localError;
+};
+
+using Clock = std::chrono::steady_clock;
+
+class Request {
+ public:
+  using Callback = std::function<void(const Status&)>;
+
+  Request(RequestSpec spec, Callback callback)
+      : spec_(std::move(spec)), callback_(std::move(callback)), enqueued_(Clock::now()) {}
+
+  const RequestSpec& spec() const { return spec_; }
+  const std::string& name() const { return spec_.name; }
+  const Descriptor& descriptor() const { return spec_.descriptor; }
+  Clock::time_point enqueued() const { return enqueued_; }
+
+  bool done() const;
+  // Blocks until complete; returns the request's status.
+  Status wait() const;
+  // The first call sets the status, runs the callback (on the calling thread) and wakes waiters;
+  // later calls do nothing.
+  void complete(Status status);
+
+ private:
+  const RequestSpec spec_;
+  const Callback callback_;
+  const Clock::time_point enqueued_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool completing_ = false;  // complete() has been called
+  bool done_ = false;        // ... and has finished
+  Status status_;
+};
+
+using RequestPtr = std::shared_ptr<Request>;
+
+}  // namespace detcoll::fusion
