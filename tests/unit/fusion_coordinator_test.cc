@@ -1,0 +1,629 @@
+// The pure logic of the fusion engine, without threads: the negotiation messages
+// (fusion/negotiation.h) and their wire format, the response cache, the coordinator driven with
+// hand-built rank messages and fake time points (ready sets, name order, cache ids, mismatches,
+// local errors, groups, stalls, shutdown), and the batch planner.
+
+#include "fusion/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fusion/negotiation.h"
+#include "fusion/planner.h"
+#include "fusion/response_cache.h"
+
+namespace detcoll {
+namespace {
+
+using fusion::Batch;
+using fusion::Clock;
+using fusion::Coordinator;
+using fusion::CoordinatorOptions;
+using fusion::Descriptor;
+using fusion::RankMessage;
+using fusion::RequestKind;
+using fusion::RequestPtr;
+using fusion::Response;
+using Bytes = std::vector<uint8_t>;
+using Ids = std::vector<uint32_t>;
+using Names = std::vector<std::string>;
+
+Descriptor allreduce(uint64_t count, DataType type = DataType::kFloat32,
+                     ReduceOp op = ReduceOp::kSum, Mode mode = Mode::kOrdered) {
+  return {RequestKind::kAllreduce, type, op, mode, 0, count};
+}
+
+// A broadcast or allgather of float32.
+Descriptor other(RequestKind kind, uint64_t count, int32_t root = 0) {
+  return {kind, DataType::kFloat32, ReduceOp::kSum, Mode::kOrdered, root, count};
+}
+
+Descriptor grouped(Descriptor d, uint64_t key, uint32_t size) {
+  d.groupKey = key;
+  d.groupSize = size;
+  return d;
+}
+
+RankMessage announce(const Names& names, const Descriptor& d = allreduce(10)) {
+  RankMessage m;
+  for (const std::string& name : names) m.announced.push_back({name, d, ""});
+  return m;
+}
+
+RankMessage cachedBits(const Ids& ids) {
+  RankMessage m;
+  for (uint32_t id : ids) m.cached.set(id);
+  return m;
+}
+
+// Fake time points: `seconds` after an arbitrary origin.
+Clock::time_point at(double seconds) {
+  return Clock::time_point() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1000 + seconds));
+}
+
+template <typename Entry>
+Names names(const std::vector<Entry>& entries) {
+  Names out;
+  for (const Entry& e : entries) out.push_back(e.name);
+  return out;
+}
+
+// "ready a b; cached 0 3; error t MISMATCH; shutdown", leaving out what is empty.
+std::string summary(const Response& r) {
+  std::string s;
+  auto part = [&s](const std::string& p) { s += (s.empty() ? "" : "; ") + p; };
+  if (!r.ready.empty()) part("ready");
+  for (const auto& e : r.ready) s += " " + e.name;
+  if (!r.cachedReady.empty()) part("cached");
+  for (uint32_t id : r.cachedReady.ids()) s += " " + std::to_string(id);
+  for (const auto& e : r.errors) part("error " + e.name + " " + statusCodeName(e.status.code()));
+  if (r.shutdown) part("shutdown");
+  return s;
+}
+
+void expectHas(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Negotiation messages
+
+RankMessage sampleRankMessage() {
+  RankMessage m;
+  m.shutdown = true;
+  for (uint32_t id : {1u, 63u, 64u, 300u}) m.cached.set(id);
+  const Descriptor big =
+      allreduce(1ull << 40, DataType::kFloat16, ReduceOp::kMax, Mode::kInvariant);
+  m.announced.push_back({"layer.0", grouped(big, 0xdeadbeefcafef00dull, 3), ""});
+  m.announced.push_back({std::string("with\0nul", 8), other(RequestKind::kBroadcast, 8, 2), ""});
+  m.announced.push_back({"bad", other(RequestKind::kAllgather, 5), "sendbuf is null"});
+  return m;
+}
+
+Response sampleResponse() {
+  Response r;
+  r.shutdown = true;
+  r.partial = true;
+  r.shutdownReason = "rank 3 shut detcoll down";
+  for (uint32_t id : {0u, 65u, 129u}) r.cachedReady.set(id);
+  r.ready.push_back({"w", allreduce(7, DataType::kBFloat16, ReduceOp::kAverage, Mode::kNative)});
+  r.ready.push_back({"b", other(RequestKind::kBroadcast, 3, 1)});
+  for (int c = static_cast<int>(StatusCode::kSuccess); c <= static_cast<int>(StatusCode::kInternal);
+       ++c) {
+    const auto code = static_cast<StatusCode>(c);
+    r.errors.push_back({"e" + std::to_string(c), Status(code, statusCodeName(code))});
+  }
+  return r;
+}
+
+void expectEqual(const RankMessage& a, const RankMessage& b) {
+  EXPECT_EQ(a.shutdown, b.shutdown);
+  EXPECT_EQ(a.cached.ids(), b.cached.ids());
+  ASSERT_EQ(a.announced.size(), b.announced.size());
+  for (size_t i = 0; i < a.announced.size(); ++i) {
+    EXPECT_EQ(a.announced[i].name, b.announced[i].name) << i;
+    EXPECT_EQ(a.announced[i].descriptor, b.announced[i].descriptor) << i;
+    EXPECT_EQ(a.announced[i].error, b.announced[i].error) << i;
+  }
+}
+
+void expectEqual(const Response& a, const Response& b) {
+  ASSERT_EQ(summary(a), summary(b));  // names, ids, codes, shutdown
+  EXPECT_EQ(a.shutdownReason, b.shutdownReason);
+  EXPECT_EQ(a.partial, b.partial);
+  for (size_t i = 0; i < a.ready.size(); ++i) {
+    EXPECT_EQ(a.ready[i].descriptor, b.ready[i].descriptor) << i;
+  }
+  for (size_t i = 0; i < a.errors.size(); ++i) {
+    EXPECT_EQ(a.errors[i].status.message(), b.errors[i].status.message()) << i;
+  }
+}
+
+// Decodes into *m; a decoder that throws fails the test.
+template <typename Message>
+Status decodeBytes(const Bytes& bytes, Message* m) {
+  Status status = Status::internal("decode threw");
+  EXPECT_NO_THROW(status = fusion::decode(bytes.data(), bytes.size(), m));
+  return status;
+}
+
+template <typename Message>
+bool decodes(const Bytes& bytes) {
+  Message m;
+  return decodeBytes(bytes, &m).isOk();
+}
+
+Bytes patched(Bytes bytes, size_t offset, const Bytes& value) {
+  std::memcpy(bytes.data() + offset, value.data(), value.size());
+  return bytes;
+}
+
+TEST(FusionNegotiationTest, BitSetSetsTestsAndListsIds) {
+  fusion::BitSet bits;
+  EXPECT_TRUE(bits.empty());
+  EXPECT_FALSE(bits.test(0));
+  for (uint32_t id : {200u, 0u, 64u, 63u, 0u}) bits.set(id);
+  EXPECT_FALSE(bits.empty());
+  EXPECT_EQ(bits.ids(), (Ids{0, 63, 64, 200}));
+  EXPECT_TRUE(bits.test(63));
+  EXPECT_FALSE(bits.test(199));
+  EXPECT_FALSE(bits.test(100000));
+}
+
+// Decoding overwrites whatever the destination held.
+TEST(FusionNegotiationTest, MessagesRoundTrip) {
+  for (const RankMessage& original : {sampleRankMessage(), RankMessage()}) {
+    RankMessage decoded = announce({"stale", "entries"});
+    decoded.shutdown = !original.shutdown;
+    decoded.cached.set(5);
+    ASSERT_TRUE(decodeBytes(fusion::encode(original), &decoded).isOk());
+    expectEqual(decoded, original);
+  }
+  for (const Response& original : {sampleResponse(), Response()}) {
+    Response decoded = sampleResponse();
+    decoded.shutdown = !original.shutdown;
+    decoded.partial = !original.partial;
+    decoded.shutdownReason = "stale";
+    ASSERT_TRUE(decodeBytes(fusion::encode(original), &decoded).isOk());
+    expectEqual(decoded, original);
+  }
+}
+
+TEST(FusionNegotiationTest, TruncatedOrExtendedBytesAreMalformed) {
+  const Bytes message = fusion::encode(sampleRankMessage());
+  const Bytes response = fusion::encode(sampleResponse());
+  for (size_t n = 0; n < message.size(); ++n) {
+    EXPECT_FALSE(decodes<RankMessage>(Bytes(message.begin(), message.begin() + n))) << n;
+  }
+  for (size_t n = 0; n < response.size(); ++n) {
+    EXPECT_FALSE(decodes<Response>(Bytes(response.begin(), response.begin() + n))) << n;
+  }
+  Bytes longer = message;
+  longer.push_back(0);
+  EXPECT_FALSE(decodes<RankMessage>(longer));
+  longer = response;
+  longer.push_back(0);
+  EXPECT_FALSE(decodes<Response>(longer));
+  // Each kind of message is refused by the other's decoder (the magic numbers differ).
+  EXPECT_FALSE(decodes<RankMessage>(response));
+  EXPECT_FALSE(decodes<Response>(message));
+}
+
+TEST(FusionNegotiationTest, GarbledFieldsAreMalformed) {
+  // A RankMessage with no cache bits and one announcement: magic, shutdown, word count,
+  // announcement count, name length, name, descriptor, error.
+  const Bytes good = fusion::encode(announce({"abc"}));
+  const size_t kWords = 5, kCount = 9, kNameLength = 13;
+  ASSERT_TRUE(decodes<RankMessage>(good));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, 0, {1, 2, 3, 4})));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, kWords, {0xe8, 3, 0, 0})));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, kCount, {2, 0, 0, 0})));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, kNameLength, {4, 0, 0, 0})));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, kNameLength, {0xff, 0xff, 0xff, 0xff})));
+}
+
+// A count far beyond the bytes that follow is refused, not allocated.
+TEST(FusionNegotiationTest, HugeCountsAreMalformed) {
+  // After magic, shutdown, partial, reason, words.
+  const size_t kCount = 9, kReadyCount = 4 + 1 + 1 + 4 + 4;
+  const Bytes huge = {0xff, 0xff, 0xff, 0xff};
+  EXPECT_FALSE(decodes<RankMessage>(patched(fusion::encode(announce({"abc"})), kCount, huge)));
+  EXPECT_FALSE(decodes<Response>(patched(fusion::encode(Response()), kReadyCount, huge)));
+}
+
+// Values that no enum holds: request kind, dtype, op, mode; a status code.
+TEST(FusionNegotiationTest, OutOfRangeEnumsAreMalformed) {
+  const Bytes good = fusion::encode(announce({"abc"}));
+  const size_t kKind = 20;  // after magic, shutdown, word count, count, name length, name
+  for (const auto& [offset, value] :
+       std::vector<std::pair<size_t, Bytes>>{{kKind, {0}},
+                                             {kKind, {4}},
+                                             {kKind + 1, {6, 0, 0, 0}},
+                                             {kKind + 5, {4, 0, 0, 0}},
+                                             {kKind + 9, {3, 0, 0, 0}}}) {
+    EXPECT_FALSE(decodes<RankMessage>(patched(good, offset, value))) << "offset " << offset;
+  }
+  Response r;
+  r.errors.push_back({"x", Status::mismatch("m")});
+  const Bytes withError = fusion::encode(r);
+  const size_t kCode = 4 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 1;
+  ASSERT_EQ(withError[kCode], static_cast<uint8_t>(StatusCode::kMismatch));
+  EXPECT_FALSE(decodes<Response>(patched(withError, kCode, {7})));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response cache
+
+TEST(FusionResponseCacheTest, FindAndRecord) {
+  fusion::ResponseCache cache;
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_FALSE(cache.contains(0));
+  const Descriptor b = other(RequestKind::kBroadcast, 2, 1);
+  cache.record("a", allreduce(1));
+  cache.record("b", b);
+  ASSERT_EQ(cache.size(), 2u);
+  EXPECT_FALSE(cache.contains(2));
+  EXPECT_EQ(cache.find("a", allreduce(1)), std::optional<uint32_t>(0));
+  EXPECT_EQ(cache.find("b", b), std::optional<uint32_t>(1));
+  EXPECT_EQ(cache.name(1), "b");
+  EXPECT_EQ(cache.descriptor(0), allreduce(1));
+  EXPECT_FALSE(cache.find("a", allreduce(2)).has_value());
+  EXPECT_FALSE(cache.find("b", other(RequestKind::kBroadcast, 2, 0)).has_value());
+  EXPECT_FALSE(cache.find("c", allreduce(1)).has_value());
+  // A known name with a new descriptor keeps its id and forgets the old descriptor.
+  cache.record("a", allreduce(1, DataType::kInt64));
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.find("a", allreduce(1, DataType::kInt64)), std::optional<uint32_t>(0));
+  EXPECT_FALSE(cache.find("a", allreduce(1)).has_value());
+  EXPECT_EQ(cache.descriptor(0), allreduce(1, DataType::kInt64));
+}
+
+TEST(FusionResponseCacheTest, StopsGrowingAtCapacity) {
+  fusion::ResponseCache cache;
+  const uint32_t n = fusion::ResponseCache::kCapacity;
+  for (uint32_t i = 0; i < n; ++i) cache.record("t" + std::to_string(i), allreduce(i + 1));
+  ASSERT_EQ(cache.size(), n);
+  cache.record("one too many", allreduce(1));
+  EXPECT_EQ(cache.size(), n);
+  EXPECT_FALSE(cache.find("one too many", allreduce(1)).has_value());
+  const std::string last = "t" + std::to_string(n - 1);
+  EXPECT_EQ(cache.find(last, allreduce(n)), std::optional<uint32_t>(n - 1));
+  cache.record(last, allreduce(3));  // known names still take new descriptors
+  EXPECT_EQ(cache.find(last, allreduce(3)), std::optional<uint32_t>(n - 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coordinator
+
+// No stall warnings or timeouts.
+CoordinatorOptions quiet() {
+  return {0, 0, nullptr};
+}
+
+std::vector<RankMessage> all(int size, const RankMessage& m) {
+  return std::vector<RankMessage>(size, m);
+}
+
+TEST(FusionCoordinatorTest, ReadyEverywhereThenCachedById) {
+  Coordinator c(3, quiet());
+  Response r = c.process(all(3, announce({"w1", "w0"})), at(0));
+  EXPECT_EQ(summary(r), "ready w0 w1");
+  EXPECT_EQ(r.ready[0].descriptor, allreduce(10));
+  EXPECT_EQ(c.pendingCount(), 0u);
+  // Ids follow the ready order: w0 is 0, w1 is 1.
+  EXPECT_EQ(summary(c.process(all(3, cachedBits({1})), at(1))), "cached 1");
+  // By a bit on some ranks and in full with the cached descriptor on others: still by id.
+  r = c.process({cachedBits({0}), announce({"w0"}), announce({"w0"})}, at(2));
+  EXPECT_EQ(summary(r), "cached 0");
+  // A new descriptor comes in full, then the same id stands for it.
+  r = c.process(all(3, announce({"w0"}, allreduce(20))), at(3));
+  ASSERT_EQ(summary(r), "ready w0");
+  EXPECT_EQ(r.ready[0].descriptor, allreduce(20));
+  EXPECT_EQ(summary(c.process(all(3, announce({"w0"}, allreduce(20))), at(4))), "cached 0");
+  // An id the coordinator never gave is ignored.
+  EXPECT_EQ(summary(c.process(all(3, cachedBits({9})), at(5))), "");
+  EXPECT_EQ(c.pendingCount(), 0u);
+}
+
+TEST(FusionCoordinatorTest, WaitsForEveryRank) {
+  Coordinator c(3, quiet());
+  EXPECT_EQ(summary(c.process({announce({"a"}), announce({"a"}), RankMessage()}, at(0))), "");
+  EXPECT_EQ(c.pendingCount(), 1u);
+  // Rank 0 announcing again in between changes nothing: a rank's first announcement stands.
+  Response r = c.process({announce({"a"}, allreduce(99)), RankMessage(), RankMessage()}, at(1));
+  EXPECT_EQ(summary(r), "");
+  r = c.process({RankMessage(), RankMessage(), announce({"a"})}, at(2));
+  ASSERT_EQ(summary(r), "ready a");
+  EXPECT_EQ(r.ready[0].descriptor, allreduce(10));
+  EXPECT_EQ(c.pendingCount(), 0u);
+}
+
+TEST(FusionCoordinatorTest, ReadyOrderIsNameOrderNotArrivalOrder) {
+  Coordinator c(3, quiet());
+  Response r = c.process(
+      {announce({"c", "a", "d", "b"}), announce({"b", "d", "a", "c"}), announce({"d", "a"})},
+      at(0));
+  EXPECT_EQ(summary(r), "ready a d");
+  r = c.process({RankMessage(), RankMessage(), announce({"c", "b"})}, at(1));
+  EXPECT_EQ(summary(r), "ready b c");
+  // Other arrival orders give byte-identical responses.
+  Coordinator x(3, quiet()), y(3, quiet());
+  const Response rx = x.process(
+      {announce({"b", "a", "c"}), announce({"c", "b", "a"}), announce({"a", "c", "b"})}, at(0));
+  const Response ry = y.process(
+      {announce({"a", "c", "b"}), announce({"a", "b", "c"}), announce({"c", "b", "a"})}, at(0));
+  EXPECT_EQ(summary(rx), "ready a b c");
+  EXPECT_EQ(fusion::encode(rx), fusion::encode(ry));
+}
+
+TEST(FusionCoordinatorTest, MismatchNamesTheTensorAndEveryRank) {
+  const Descriptor base = allreduce(10);
+  const Descriptor count = allreduce(11), dtype = allreduce(10, DataType::kFloat64);
+  const Descriptor op = allreduce(10, DataType::kFloat32, ReduceOp::kAverage);
+  const Descriptor mode = allreduce(10, DataType::kFloat32, ReduceOp::kSum, Mode::kInvariant);
+  const Descriptor root0 = other(RequestKind::kBroadcast, 4, 0);
+  const Descriptor root1 = other(RequestKind::kBroadcast, 4, 1);
+  const std::pair<Descriptor, Descriptor> cases[] = {{base, count},  {base, dtype},
+                                                     {base, op},     {base, mode},
+                                                     {root0, root1}, {base, grouped(base, 5, 2)}};
+  for (const auto& [agreed, odd] : cases) {
+    SCOPED_TRACE(fusion::describe(odd));
+    Coordinator c(3, quiet());
+    std::vector<RankMessage> m = all(3, announce({"t"}, agreed));
+    m[1] = announce({"t"}, odd);
+    for (RankMessage& rank : m) rank.announced.push_back({"fine", base, ""});
+    const Response r = c.process(m, at(0));
+    ASSERT_EQ(summary(r), "ready fine; error t MISMATCH");
+    expectHas(r.errors[0].status.message(), "'t'");
+    expectHas(r.errors[0].status.message(), "ranks 0 and 2 have " + fusion::describe(agreed) +
+                                                "; rank 1 has " + fusion::describe(odd));
+    EXPECT_EQ(c.pendingCount(), 0u);
+  }
+  // Three different descriptors: each rank named with its own.
+  Coordinator c(3, quiet());
+  const Response r =
+      c.process({announce({"t"}, count), announce({"t"}, base), announce({"t"}, dtype)}, at(0));
+  ASSERT_EQ(summary(r), "error t MISMATCH");
+  expectHas(r.errors[0].status.message(), "rank 0 has " + fusion::describe(count) +
+                                              "; rank 1 has " + fusion::describe(base) +
+                                              "; rank 2 has " + fusion::describe(dtype));
+}
+
+TEST(FusionCoordinatorTest, LocalErrorFailsTheNameEverywhere) {
+  Coordinator c(3, quiet());
+  std::vector<RankMessage> m = all(3, announce({"t"}));
+  m[1].announced[0].error = "sendbuf is null";
+  m[2].announced[0].descriptor = allreduce(11);  // a local error outranks a mismatch
+  Response r = c.process(m, at(0));
+  ASSERT_EQ(summary(r), "error t INVALID_ARGUMENT");
+  expectHas(r.errors[0].status.message(), "'t'");
+  expectHas(r.errors[0].status.message(), "rank 1: sendbuf is null");
+  EXPECT_EQ(c.pendingCount(), 0u);
+  m = all(3, announce({"u"}));
+  m[0].announced[0].error = "first";
+  m[2].announced[0].error = "third";
+  r = c.process(m, at(1));
+  ASSERT_EQ(summary(r), "error u INVALID_ARGUMENT");
+  expectHas(r.errors[0].status.message(), "rank 0: first; rank 2: third");
+}
+
+TEST(FusionCoordinatorTest, GroupIsReadyTogether) {
+  Coordinator c(3, quiet());
+  const Descriptor g = grouped(allreduce(10), 7, 3);
+  std::vector<RankMessage> m = all(3, announce({"g.a", "g.b", "g.c"}, g));
+  m[2] = announce({"g.b", "g.a"}, g);
+  for (RankMessage& rank : m) rank.announced.push_back({"solo", allreduce(10), ""});
+  EXPECT_EQ(summary(c.process(m, at(0))), "ready solo");
+  EXPECT_EQ(c.pendingCount(), 3u);
+  const Response r = c.process({RankMessage(), RankMessage(), announce({"g.c"}, g)}, at(1));
+  EXPECT_EQ(summary(r), "ready g.a g.b g.c");
+  EXPECT_EQ(c.pendingCount(), 0u);
+}
+
+TEST(FusionCoordinatorTest, FailingMemberFailsTheRestOfItsGroup) {
+  Coordinator c(3, quiet());
+  const Descriptor g = grouped(allreduce(10), 9, 3);
+  std::vector<RankMessage> m = all(3, announce({"g.a", "g.b", "g.c"}, g));
+  m[1].announced[1].descriptor.count = 12;  // g.b mismatches
+  m[2] = announce({"g.a", "g.b"}, g);       // g.c still missing on rank 2
+  const Response r = c.process(m, at(0));
+  ASSERT_EQ(summary(r),
+            "error g.b MISMATCH; error g.a INVALID_ARGUMENT; error g.c INVALID_ARGUMENT");
+  expectHas(r.errors[1].status.message(), "'g.b'");
+  expectHas(r.errors[2].status.message(), "'g.b'");
+  EXPECT_EQ(c.pendingCount(), 0u);
+}
+
+// Every member of a group failing in one cycle, as when one rank enqueued a different group. Runs
+// in a child process, so that a crash fails this test alone; exits 0 when the response is right.
+void failEveryMemberOfAGroupAndExit() {
+  Coordinator c(3, quiet());
+  std::vector<RankMessage> m = all(3, announce({"g.a", "g.b"}, grouped(allreduce(10), 4, 2)));
+  m[2] = announce({"g.a", "g.b"}, grouped(allreduce(10), 5, 3));
+  const Response r = c.process(m, at(0));
+  std::fprintf(stderr, "%s; %zu pending\n", summary(r).c_str(), c.pendingCount());
+  const bool right =
+      names(r.errors) == Names{"g.a", "g.b"} && r.ready.empty() && c.pendingCount() == 0;
+  std::exit(right ? 0 : 1);
+}
+
+TEST(FusionCoordinatorTest, EveryMemberOfAGroupFailing) {
+  EXPECT_EXIT(failEveryMemberOfAGroupAndExit(), ::testing::ExitedWithCode(0), "");
+}
+
+CoordinatorOptions stallOptions(Names* warnings) {
+  return {10, 30, [warnings](const std::string& text) { warnings->push_back(text); }};
+}
+
+TEST(FusionCoordinatorTest, StallWarnsThenFails) {
+  Names warnings;
+  Coordinator c(3, stallOptions(&warnings));
+  const std::vector<RankMessage> idle(3);
+  Response r = c.process({announce({"s"}), announce({"s"}), RankMessage()}, at(0));
+  for (double t : {5.0, 9.9}) r = c.process(idle, at(t));
+  EXPECT_TRUE(warnings.empty());
+  r = c.process(idle, at(10));
+  ASSERT_EQ(warnings.size(), 1u);
+  expectHas(warnings[0], "'s'");
+  expectHas(warnings[0], "for rank 2; submitted by ranks 0 and 1");
+  for (double t : {12.0, 19.9}) r = c.process(idle, at(t));
+  EXPECT_EQ(warnings.size(), 1u);
+  r = c.process(idle, at(20));
+  EXPECT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(summary(c.process(idle, at(29.9))), "");
+  EXPECT_EQ(c.pendingCount(), 1u);
+  r = c.process(idle, at(30));
+  ASSERT_EQ(summary(r), "error s TIMEOUT");
+  expectHas(r.errors[0].status.message(), "'s'");
+  expectHas(r.errors[0].status.message(), "rank 2 did not submit");
+  EXPECT_EQ(c.pendingCount(), 0u);
+  EXPECT_EQ(summary(c.process(idle, at(100))), "");
+  EXPECT_EQ(warnings.size(), 2u);
+}
+
+TEST(FusionCoordinatorTest, StallClockStartsAtFirstAnnouncement) {
+  Names warnings;
+  Coordinator c(4, stallOptions(&warnings));
+  const std::vector<RankMessage> idle(4);
+  Response r = c.process({RankMessage(), announce({"late"}), RankMessage(), RankMessage()}, at(50));
+  r = c.process(idle, at(59));
+  EXPECT_TRUE(warnings.empty());
+  r = c.process(idle, at(60));
+  ASSERT_EQ(warnings.size(), 1u);
+  expectHas(warnings[0], "ranks 0, 2 and 3; submitted by rank 1");
+  EXPECT_EQ(summary(c.process(idle, at(80))), "error late TIMEOUT");
+  // A group member that times out takes its waiting group with it.
+  const Descriptor g = grouped(allreduce(10), 3, 2);
+  std::vector<RankMessage> m = all(4, announce({"g.a", "g.b"}, g));
+  m[3] = announce({"g.b"}, g);
+  EXPECT_EQ(summary(c.process(m, at(85))), "");
+  EXPECT_EQ(summary(c.process(idle, at(114.9))), "");
+  EXPECT_EQ(summary(c.process(idle, at(115))), "error g.a TIMEOUT; error g.b INVALID_ARGUMENT");
+  EXPECT_EQ(c.pendingCount(), 0u);
+}
+
+TEST(FusionCoordinatorTest, PartialWhileANameIsYoungOnSomeRanksOnly) {
+  // A name some ranks announced less than 5 ms ago asks for the next cycle at once; an older one
+  // (a stall in the making) or one every rank has does not.
+  Coordinator c(3, quiet());
+  Response r = c.process({announce({"a"}), RankMessage(), RankMessage()}, at(0));
+  EXPECT_TRUE(r.partial);
+  EXPECT_TRUE(c.process({RankMessage(), RankMessage(), RankMessage()}, at(0.004)).partial);
+  EXPECT_FALSE(c.process({RankMessage(), RankMessage(), RankMessage()}, at(0.006)).partial);
+  r = c.process({RankMessage(), announce({"a"}), announce({"a"})}, at(0.007));
+  EXPECT_EQ(summary(r), "ready a");
+  EXPECT_FALSE(r.partial);
+}
+
+TEST(FusionCoordinatorTest, ShutdownNamesTheRank) {
+  Coordinator c(3, quiet());
+  Response r = c.process(all(3, announce({"a"})), at(0));
+  EXPECT_EQ(summary(r), "ready a");
+  EXPECT_EQ(r.shutdownReason, "");
+  std::vector<RankMessage> m = all(3, announce({"b"}));
+  m[1].shutdown = m[2].shutdown = true;
+  r = c.process(m, at(1));
+  EXPECT_EQ(summary(r), "shutdown");
+  expectHas(r.shutdownReason, "rank 1");
+  EXPECT_EQ(r.shutdownReason.find("rank 2"), std::string::npos) << r.shutdownReason;
+}
+
+TEST(FusionCoordinatorTest, DescribeRanks) {
+  EXPECT_EQ(fusion::describeRanks({3}), "rank 3");
+  EXPECT_EQ(fusion::describeRanks({0, 1}), "ranks 0 and 1");
+  EXPECT_EQ(fusion::describeRanks({0, 2, 5}), "ranks 0, 2 and 5");
+  EXPECT_EQ(fusion::describeRanks({4, 7, 8, 9}), "ranks 4, 7, 8 and 9");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planner
+
+RequestPtr request(const std::string& name, const Descriptor& d) {
+  fusion::RequestSpec spec;
+  spec.name = name;
+  spec.descriptor = d;
+  return std::make_shared<fusion::Request>(spec, nullptr);
+}
+
+// "a+b*800" for a fused batch of a and b with 800 bytes, "c 4" for an unfused one.
+Names layout(const std::vector<Batch>& batches) {
+  Names out;
+  for (const Batch& b : batches) {
+    std::string text;
+    for (const RequestPtr& r : b.requests) text += (text.empty() ? "" : "+") + r->name();
+    out.push_back(text + (b.fused ? "*" : " ") + std::to_string(b.bytes));
+  }
+  return out;
+}
+
+TEST(FusionPlannerTest, ThresholdZeroRunsEachAlone) {
+  const std::vector<RequestPtr> ready = {request("a", allreduce(10)), request("b", allreduce(20)),
+                                         request("c", allreduce(30))};
+  EXPECT_EQ(layout(fusion::planBatches(ready, {0, 1 << 20})), (Names{"a 40", "b 80", "c 120"}));
+}
+
+TEST(FusionPlannerTest, PacksUpToTheThresholdInReadyOrder) {
+  const std::vector<RequestPtr> ready = {
+      request("a", allreduce(100)), request("b", allreduce(100)),   request("c", allreduce(50)),
+      request("d", allreduce(1)),   request("big", allreduce(300)), request("e", allreduce(100))};
+  EXPECT_EQ(layout(fusion::planBatches(ready, {1000, 1 << 20})),
+            (Names{"a+b+c*1000", "d+e*404", "big 1200"}));
+  // A lone small tensor is not fused.
+  EXPECT_EQ(layout(fusion::planBatches({request("x", allreduce(3))}, {1000, 1 << 20})),
+            (Names{"x 12"}));
+}
+
+TEST(FusionPlannerTest, DirectTensorsRunAlone) {
+  const std::vector<RequestPtr> ready = {
+      request("a", allreduce(100)), request("direct", allreduce(250)),
+      request("under", allreduce(249)), request("c", allreduce(1))};
+  EXPECT_EQ(layout(fusion::planBatches(ready, {1 << 20, 1000})),
+            (Names{"a+under+c*1400", "direct 1000"}));
+}
+
+TEST(FusionPlannerTest, DtypeOpModeAndKindNeverShareABatch) {
+  const std::vector<RequestPtr> ready = {
+      request("a", allreduce(10)),
+      request("f64", allreduce(10, DataType::kFloat64)),
+      request("avg", allreduce(10, DataType::kFloat32, ReduceOp::kAverage)),
+      request("inv", allreduce(10, DataType::kFloat32, ReduceOp::kSum, Mode::kInvariant)),
+      request("b", allreduce(10)),
+      request("f64b", allreduce(10, DataType::kFloat64)),
+      request("bcast", other(RequestKind::kBroadcast, 10)),
+      request("gather", other(RequestKind::kAllgather, 10)),
+      request("bcast2", other(RequestKind::kBroadcast, 10, 1)),
+      request("zero", allreduce(0)),
+      request("zero2", allreduce(0)),
+      request("c", allreduce(10))};
+  EXPECT_EQ(layout(fusion::planBatches(ready, {1 << 20, 1 << 20})),
+            (Names{"a+b+c*120", "f64+f64b*160", "avg 40", "inv 40", "bcast 40", "gather 40",
+                   "bcast2 40", "zero 0", "zero2 0"}));
+}
+
+TEST(FusionPlannerTest, PlanIsAPureFunction) {
+  std::vector<RequestPtr> ready;
+  for (int i = 0; i < 40; ++i) {
+    const DataType type = i % 3 == 0 ? DataType::kFloat16 : DataType::kFloat32;
+    ready.push_back(request("t" + std::to_string(i), allreduce(1 + (i * 37) % 200, type)));
+  }
+  const fusion::PlanOptions options{1500, 700};
+  const std::vector<Batch> first = fusion::planBatches(ready, options);
+  const std::vector<Batch> second = fusion::planBatches(ready, options);
+  EXPECT_EQ(layout(first), layout(second));
+  EXPECT_LT(first.size(), ready.size());  // something was fused
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i].requests, second[i].requests) << i;
+}
+
+}  // namespace
+}  // namespace detcoll
