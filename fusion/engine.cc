@@ -214,6 +214,7 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
     requests->push_back(std::make_shared<Request>(std::move(spec), callback));
     queue_.push_back(requests->back());
   }
+  wake_.notify_one();
   return Status::ok();
 }
 
@@ -259,12 +260,16 @@ void Engine::run() {
   const auto cycle = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(options_.cycleTimeMs));
   Clock::time_point next = Clock::now();
+  bool idle = true;  // nothing in flight here, nothing ready or partly announced last cycle
   for (;;) {
     std::vector<RequestPtr> fresh;
     bool shutdown = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait_until(lock, next, [&] { return shutdownRequested_; });
+      // An idle engine starts a cycle as soon as something is enqueued: the first request after
+      // a quiet spell (the first gradient of a backward pass) waits for no timer. Otherwise the
+      // cycle time batches requests.
+      wake_.wait_until(lock, next, [&] { return shutdownRequested_ || (idle && !queue_.empty()); });
       fresh.swap(queue_);
       shutdown = shutdownRequested_;
     }
@@ -336,6 +341,7 @@ void Engine::run() {
         timeline_.phase(request->name(), "NEGOTIATE", request->enqueued(), now);
       }
     }
+    idle = pending_.empty() && ready.empty() && response.errors.empty() && !response.partial;
     execute(ready);
   }
 }
@@ -379,8 +385,12 @@ void Engine::execute(const std::vector<RequestPtr>& ready) {
   plan.fusionThresholdBytes = fusionThresholdBytes_.load();
   plan.directBytes = options_.directBytes;
   for (const Batch& batch : planBatches(ready, plan)) {
-    Status status = runBatch(batch);
-    for (const RequestPtr& request : batch.requests) finish(request, status);
+    const Status status = runBatch(batch);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);  // one lock for the batch's names
+      for (const RequestPtr& request : batch.requests) names_.erase(request->name());
+    }
+    for (const RequestPtr& request : batch.requests) request->complete(status);
   }
 }
 
