@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -86,7 +87,8 @@ std::string Coordinator::disagreement(const std::string& name, const Pending& p,
   return text;
 }
 
-void Coordinator::failGroup(uint64_t groupKey, const std::string& failed, Response& response) {
+void Coordinator::failGroup(uint64_t groupKey, const std::string& failed, StatusCode code,
+                            Response& response) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     const Pending& p = it->second;
     bool member = false;
@@ -99,8 +101,8 @@ void Coordinator::failGroup(uint64_t groupKey, const std::string& failed, Respon
       continue;
     }
     response.errors.push_back(
-        {it->first, Status::invalidArgument("'" + it->first + "' was enqueued in a group with '" +
-                                            failed + "', which failed")});
+        {it->first, Status(code, "'" + it->first + "' was enqueued in a group with '" + failed +
+                                     "', which failed")});
     it = pending_.erase(it);
   }
 }
@@ -137,15 +139,16 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
     if (d.groupSize > 1) ++groupCandidates[d.groupKey];
   }
   // Each failed name gets its own error; then the other pending members of their groups fail.
-  std::vector<std::pair<uint64_t, std::string>> failedGroups;
+  std::vector<std::tuple<uint64_t, std::string, StatusCode>> failedGroups;
   for (auto& [name, status] : failures) {
     const auto it = pending_.find(name);
     const Descriptor d = it->second.descriptors[0];
     pending_.erase(it);
+    const StatusCode code = status.code();
     response.errors.push_back({name, std::move(status)});
-    if (d.groupSize > 1) failedGroups.emplace_back(d.groupKey, name);
+    if (d.groupSize > 1) failedGroups.emplace_back(d.groupKey, name, code);
   }
-  for (const auto& [key, name] : failedGroups) failGroup(key, name, response);
+  for (const auto& [key, name, code] : failedGroups) failGroup(key, name, code, response);
   for (const std::string& name : candidates) {
     const auto it = pending_.find(name);
     if (it == pending_.end()) continue;  // failed with its group
@@ -183,7 +186,7 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
                            " (submitted by " + describeRanks(have) + ")")});
       it = pending_.erase(it);
       if (d.groupSize > 1) {
-        failGroup(d.groupKey, name, response);
+        failGroup(d.groupKey, name, StatusCode::kTimeout, response);
         it = pending_.upper_bound(name);
       }
       continue;

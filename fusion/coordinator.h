@@ -51,8 +51,8 @@ class Coordinator {
               Clock::time_point now);
   // Why a fully announced name cannot run, or an empty string.
   std::string disagreement(const std::string& name, const Pending& p, StatusCode* code) const;
-  // Fails the pending members of a group along with one that failed.
-  void failGroup(uint64_t groupKey, const std::string& failed, Response& response);
+  // Fails the pending members of a group along with one that failed, with its status code.
+  void failGroup(uint64_t groupKey, const std::string& failed, StatusCode code, Response& response);
 
   const int size_;
   const CoordinatorOptions options_;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "collective/mode_allreduce.h"
@@ -195,10 +196,10 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_ || shutdownRequested_) {
-    return Status::notInitialized(
-        "detcoll has shut down" +
-        (stoppedBecause_.message().empty() ? "" : " (" + stoppedBecause_.message() + ")") + "; '" +
-        specs[0].name + "' was not enqueued");
+    return Status::notInitialized((stoppedBecause_.message().empty()
+                                       ? std::string("detcoll is shutting down")
+                                       : stoppedBecause_.message()) +
+                                  "; '" + specs[0].name + "' was not enqueued");
   }
   std::unordered_set<std::string> seen;
   for (const RequestSpec& spec : specs) {
@@ -209,6 +210,7 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
           "requests in flight");
     }
   }
+  if (queue_.empty()) firstQueued_ = Clock::now();
   for (RequestSpec& spec : specs) {
     names_.insert(spec.name);
     requests->push_back(std::make_shared<Request>(std::move(spec), callback));
@@ -252,7 +254,13 @@ void Engine::stop(const Status& why) {
 }
 
 void Engine::loop() {
-  run();
+  try {
+    run();
+  } catch (const std::exception& e) {
+    // Nothing may escape the thread (std::terminate); requests in flight fail with the reason.
+    DETCOLL_LOG(kError) << "fusion engine stopped: " << e.what();
+    stop(Status::internal(std::string("the fusion engine stopped: ") + e.what()));
+  }
   timeline_.close();  // complete and readable once the engine has stopped
 }
 
@@ -261,15 +269,21 @@ void Engine::run() {
       std::chrono::duration<double, std::milli>(options_.cycleTimeMs));
   Clock::time_point next = Clock::now();
   bool idle = true;  // nothing in flight here, nothing ready or partly announced last cycle
+  const auto gather = std::min<Clock::duration>(cycle / 10, std::chrono::microseconds(100));
   for (;;) {
     std::vector<RequestPtr> fresh;
     bool shutdown = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      // An idle engine starts a cycle as soon as something is enqueued: the first request after
-      // a quiet spell (the first gradient of a backward pass) waits for no timer. Otherwise the
+      // An idle engine starts a cycle soon after something is enqueued: the first request after
+      // a quiet spell (the first gradient of a backward pass) waits a tenth of a cycle time (at
+      // most 100 us, to gather the requests enqueued with it), not for the timer. Otherwise the
       // cycle time batches requests.
       wake_.wait_until(lock, next, [&] { return shutdownRequested_ || (idle && !queue_.empty()); });
+      if (idle && !queue_.empty() && !shutdownRequested_) {
+        wake_.wait_until(lock, std::min(next, firstQueued_ + gather),
+                         [&] { return shutdownRequested_; });
+      }
       fresh.swap(queue_);
       shutdown = shutdownRequested_;
     }
@@ -342,7 +356,7 @@ void Engine::run() {
       }
     }
     idle = pending_.empty() && ready.empty() && response.errors.empty() && !response.partial;
-    execute(ready);
+    execute(ready, static_cast<size_t>(response.fusionThresholdBytes));
   }
 }
 
@@ -374,15 +388,16 @@ Status Engine::exchange(const RankMessage& mine, Response* response) {
     DETCOLL_RETURN_IF_ERROR(decode(payload.data(), payload.size(), &messages[r]));
   }
   *response = coordinator_->process(messages, Clock::now());
+  response->fusionThresholdBytes = fusionThresholdBytes_.load();
   const std::vector<uint8_t> answer = encode(*response);
   const Framed out = frame(answer);
   for (int r = 1; r < p; ++r) postFramed(comm_, out, r, collective::kTagResponse, requests);
   return pollAll(requests);
 }
 
-void Engine::execute(const std::vector<RequestPtr>& ready) {
+void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes) {
   PlanOptions plan;
-  plan.fusionThresholdBytes = fusionThresholdBytes_.load();
+  plan.fusionThresholdBytes = fusionThresholdBytes;
   plan.directBytes = options_.directBytes;
   for (const Batch& batch : planBatches(ready, plan)) {
     const Status status = runBatch(batch);

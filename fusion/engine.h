@@ -78,16 +78,15 @@ class Engine {
   // Asks every rank's engine to stop and waits for this rank's to finish its cycle.
   void shutdown();
 
-  // Changes the fusion threshold. Every rank must make the same change while it has no request
-  // in flight: a request is planned only once every rank has enqueued it, so every rank then
-  // plans it with the new value.
+  // Changes the fusion threshold. Rank 0's value is the one every rank plans with (it travels in
+  // each cycle's response), so a call on rank 0 is what counts.
   void setFusionThreshold(size_t bytes) { fusionThresholdBytes_.store(bytes); }
 
  private:
   void loop();
   void run();  // the cycles, until the engines stop
   Status exchange(const RankMessage& mine, Response* response);
-  void execute(const std::vector<RequestPtr>& ready);
+  void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
   Status runBatch(const Batch& batch);
   // Completes a request and frees its name for the next enqueue.
   void finish(const RequestPtr& request, const Status& status);
@@ -105,6 +104,7 @@ class Engine {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<RequestPtr> queue_;
+  Clock::time_point firstQueued_;          // when queue_ last became non-empty
   std::unordered_set<std::string> names_;  // enqueued on this rank and not complete
   bool shutdownRequested_ = false;
   bool stopped_ = false;

@@ -113,6 +113,7 @@ std::vector<uint8_t> encode(const Response& resp) {
   w.put(kResponseMagic);
   w.put<uint8_t>(resp.shutdown);
   w.put<uint8_t>(resp.partial);
+  w.put<uint64_t>(resp.fusionThresholdBytes);
   w.putString(resp.shutdownReason);
   putBits(w, resp.cachedReady);
   w.put<uint32_t>(static_cast<uint32_t>(resp.ready.size()));
@@ -136,8 +137,8 @@ Status decode(const uint8_t* data, size_t size, Response* resp) {
   uint8_t partial = 0;
   uint32_t n = 0;
   if (!r.get(&magic) || magic != kResponseMagic || !r.get(&shutdown) || !r.get(&partial) ||
-      !r.getString(&resp->shutdownReason) || !getBits(r, &resp->cachedReady) || !r.get(&n) ||
-      !plausibleCount(r, n)) {
+      !r.get(&resp->fusionThresholdBytes) || !r.getString(&resp->shutdownReason) ||
+      !getBits(r, &resp->cachedReady) || !r.get(&n) || !plausibleCount(r, n)) {
     return malformed("response");
   }
   resp->shutdown = shutdown != 0;

@@ -69,6 +69,9 @@ struct Response {
   // probably being enqueued right now, so the next cycle starts at once instead of a cycle time
   // later.
   bool partial = false;
+  // Rank 0's fusion threshold: every rank plans this cycle's batches with it, so that a threshold
+  // set differently on some rank cannot make ranks run different collectives.
+  uint64_t fusionThresholdBytes = 0;
 };
 
 std::vector<uint8_t> encode(const RankMessage& m);

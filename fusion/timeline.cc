@@ -8,6 +8,11 @@
 namespace detcoll::fusion {
 namespace {
 
+// Names need not be valid UTF-8: invalid bytes are replaced rather than thrown about.
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 double microseconds(Clock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
 }
@@ -32,7 +37,7 @@ Status Timeline::open(const std::string& path) {
                             {"ph", "M"},
                             {"pid", 0},
                             {"args", {{"name", "detcoll requests (rank 0)"}}}};
-  write(process.dump());
+  write(dump(process));
   return Status::ok();
 }
 
@@ -44,7 +49,7 @@ int Timeline::rowOf(const std::string& name) {
                           {"pid", 0},
                           {"tid", it->second},
                           {"args", {{"name", name}}}};
-    write(row.dump());
+    write(dump(row));
   }
   return it->second;
 }
@@ -66,7 +71,7 @@ void Timeline::phase(const std::string& name, const char* phase, Clock::time_poi
                           {"ts", microseconds(begin - origin_)},
                           {"dur", microseconds(end - begin)}};
   if (!detail.empty()) event["args"] = {{"detail", detail}};
-  write(event.dump());
+  write(dump(event));
 }
 
 void Timeline::close() {

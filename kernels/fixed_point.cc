@@ -585,18 +585,22 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
     const uint32_t log2Divisor = average && powerOfTwo ? __builtin_ctz(nleaves) : 0;
     const Format f = formatOf(type);
     std::vector<const float*> at(nleaves);
-    const void* const* blockLeaves = reinterpret_cast<const void* const*>(at.data());
+    std::vector<const void*> blockLeaves(nleaves);
     std::vector<std::pair<size_t, uint64_t>> specials;
     for (size_t base = 0; base < count; base += kBlock) {
       const size_t m = std::min(kBlock, count - base);
-      for (int l = 0; l < nleaves; ++l) at[l] = static_cast<const float*>(leaves[l]) + base;
+      for (int l = 0; l < nleaves; ++l) {
+        at[l] = static_cast<const float*>(leaves[l]) + base;
+        blockLeaves[l] = at[l];
+      }
       float* block = static_cast<float*>(out) + base;
       const uint32_t largest = sumFloat32Block(at.data(), nleaves, m, keys, sums);
       // Non-finite results are found before the block is written: out may alias a leaf.
       specials.clear();
       if (largest == 255) {
         for (size_t i = 0; i < m; ++i) {
-          if (keys[i] == 255) specials.emplace_back(i, nonFiniteResult(blockLeaves, nleaves, i, f));
+          if (keys[i] == 255)
+            specials.emplace_back(i, nonFiniteResult(blockLeaves.data(), nleaves, i, f));
         }
       }
       if (average && !powerOfTwo) {

@@ -2,9 +2,11 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -34,13 +36,18 @@ struct Runtime {
   std::unique_ptr<collective::Collectives> collectives;
   std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
   std::string noEngine;                    // why there is no engine
-  uint64_t unnamed = 0;
+  std::atomic<uint64_t> unnamed{0};
   Config config;
   int localRank = 0;
   int localSize = 1;
 };
 
-std::mutex g_mutex;  // serializes the blocking calls: collectives must run in one order per rank
+// g_mutex serializes the blocking calls (collectives must run in one order per rank) and init,
+// finalize and set_mode. g_runtimeMutex guards the runtime's lifetime and the mode: init, finalize
+// and set_mode hold it exclusively, asynchronous calls shared, so that an enqueue never waits
+// for a blocking collective (which could wait, on another rank, for that very request).
+std::mutex g_mutex;
+std::shared_mutex g_runtimeMutex;
 std::unique_ptr<Runtime> g_runtime;
 bool g_ownsMpi = false;
 std::optional<Mode> g_modeOverride;
@@ -233,11 +240,13 @@ extern "C" {
 
 detcoll_status_t detcoll_init(void) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  std::unique_lock<std::shared_mutex> runtime(g_runtimeMutex);
   return finish(initialize());
 }
 
 detcoll_status_t detcoll_finalize(void) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  std::unique_lock<std::shared_mutex> runtime(g_runtimeMutex);
   if (!g_runtime && !g_ownsMpi) return finish(notInitialized("detcoll_finalize"));
   g_runtime.reset();
   setLogRank(-1);
@@ -272,6 +281,7 @@ int detcoll_local_size(void) {
 
 detcoll_status_t detcoll_set_mode(detcoll_mode_t mode) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  std::unique_lock<std::shared_mutex> runtime(g_runtimeMutex);
   if (!isValidMode(static_cast<int>(mode))) {
     return finish(Status::invalidArgument("detcoll_set_mode: unknown mode " +
                                           std::to_string(static_cast<int>(mode))));
@@ -339,7 +349,7 @@ const char* detcoll_last_error(void) {
 detcoll_status_t detcoll_allreduce_async(const void* sendbuf, void* recvbuf, size_t count,
                                          detcoll_dtype_t dtype, detcoll_op_t op, const char* name,
                                          detcoll_handle_t* handle) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
   if (handle == nullptr) {
     return finish(Status::invalidArgument("detcoll_allreduce_async: handle is null"));
   }
@@ -356,7 +366,7 @@ detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendb
                                                  detcoll_dtype_t dtype, detcoll_op_t op,
                                                  const char* const* names,
                                                  detcoll_handle_t* handles) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
   const char* call = "detcoll_grouped_allreduce_async";
   if (handles == nullptr)
     return finish(Status::invalidArgument(std::string(call) + ": handles is null"));
@@ -381,7 +391,7 @@ detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendb
 
 detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, detcoll_dtype_t dtype, int root,
                                          const char* name, detcoll_handle_t* handle) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
   if (handle == nullptr) {
     return finish(Status::invalidArgument("detcoll_broadcast_async: handle is null"));
   }
@@ -396,7 +406,7 @@ detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, detcoll_dtype_
 detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf, size_t count,
                                          detcoll_dtype_t dtype, const char* name,
                                          detcoll_handle_t* handle) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
   if (handle == nullptr) {
     return finish(Status::invalidArgument("detcoll_allgather_async: handle is null"));
   }

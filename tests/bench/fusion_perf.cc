@@ -5,8 +5,8 @@
 //   mpirun -np 2 detcoll_fusion_perf [-n iterations] [-w warmup] [-m ordered|invariant|native]
 //                                    [-t threshold] [-c cycle_ms] [model ...]
 //
-// A model is a workload file of ../shared/workloads (resnet50 and bert_base by default). For each
-// model two sets are timed: its tensors under 64 KiB (batch-norm and bias vectors, the
+// A model is a workload file (tests/support/workload.h; resnet50 and bert_base by default). For
+// each model two sets are timed: its tensors under 64 KiB (batch-norm and bias vectors, the
 // latency-bound part fusion exists for) and the whole step. A step enqueues every tensor of the
 // set in workload order, float32 average, and waits for all; its time is the slowest rank's.
 // Fused runs the engine with the fusion threshold (-t, default 64 MiB); unfused the same engine

@@ -45,7 +45,11 @@ bool loadWorkload(const std::string& path, std::vector<TensorShape>* tensors, st
 
 std::string workloadDirectory() {
   if (const char* dir = std::getenv("DETCOLL_WORKLOADS")) return dir;
-  return std::string(DETCOLL_SOURCE_DIR) + "/../shared/workloads";
+  // The project's shared folder beside the checkout when there is one, else the copy in the
+  // repository (a clean clone on its own).
+  const std::string shared = std::string(DETCOLL_SOURCE_DIR) + "/../shared/workloads";
+  if (std::ifstream(shared + "/resnet50.txt").good()) return shared;
+  return std::string(DETCOLL_SOURCE_DIR) + "/tests/data/workloads";
 }
 
 }  // namespace detcoll::testing

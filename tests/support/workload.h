@@ -19,7 +19,7 @@ struct TensorShape {
 bool loadWorkload(const std::string& path, std::vector<TensorShape>* tensors, std::string* error);
 
 // The folder holding the workload files: $DETCOLL_WORKLOADS if set, else ../shared/workloads
-// beside the source tree.
+// beside the source tree if it exists, else the copy in tests/data/workloads.
 std::string workloadDirectory();
 
 }  // namespace detcoll::testing

@@ -114,6 +114,7 @@ Response sampleResponse() {
   Response r;
   r.shutdown = true;
   r.partial = true;
+  r.fusionThresholdBytes = 123456789;
   r.shutdownReason = "rank 3 shut detcoll down";
   for (uint32_t id : {0u, 65u, 129u}) r.cachedReady.set(id);
   r.ready.push_back({"w", allreduce(7, DataType::kBFloat16, ReduceOp::kAverage, Mode::kNative)});
@@ -141,6 +142,7 @@ void expectEqual(const Response& a, const Response& b) {
   ASSERT_EQ(summary(a), summary(b));  // names, ids, codes, shutdown
   EXPECT_EQ(a.shutdownReason, b.shutdownReason);
   EXPECT_EQ(a.partial, b.partial);
+  EXPECT_EQ(a.fusionThresholdBytes, b.fusionThresholdBytes);
   for (size_t i = 0; i < a.ready.size(); ++i) {
     EXPECT_EQ(a.ready[i].descriptor, b.ready[i].descriptor) << i;
   }
@@ -234,8 +236,8 @@ TEST(FusionNegotiationTest, GarbledFieldsAreMalformed) {
 
 // A count far beyond the bytes that follow is refused, not allocated.
 TEST(FusionNegotiationTest, HugeCountsAreMalformed) {
-  // After magic, shutdown, partial, reason, words.
-  const size_t kCount = 9, kReadyCount = 4 + 1 + 1 + 4 + 4;
+  // After magic, shutdown, partial, threshold, reason, words.
+  const size_t kCount = 9, kReadyCount = 4 + 1 + 1 + 8 + 4 + 4;
   const Bytes huge = {0xff, 0xff, 0xff, 0xff};
   EXPECT_FALSE(decodes<RankMessage>(patched(fusion::encode(announce({"abc"})), kCount, huge)));
   EXPECT_FALSE(decodes<Response>(patched(fusion::encode(Response()), kReadyCount, huge)));
@@ -256,7 +258,7 @@ TEST(FusionNegotiationTest, OutOfRangeEnumsAreMalformed) {
   Response r;
   r.errors.push_back({"x", Status::mismatch("m")});
   const Bytes withError = fusion::encode(r);
-  const size_t kCode = 4 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 1;
+  const size_t kCode = 4 + 1 + 1 + 8 + 4 + 4 + 4 + 4 + 4 + 1;
   ASSERT_EQ(withError[kCode], static_cast<uint8_t>(StatusCode::kMismatch));
   EXPECT_FALSE(decodes<Response>(patched(withError, kCode, {7})));
 }
@@ -438,7 +440,7 @@ TEST(FusionCoordinatorTest, FailingMemberFailsTheRestOfItsGroup) {
   m[2] = announce({"g.a", "g.b"}, g);       // g.c still missing on rank 2
   const Response r = c.process(m, at(0));
   ASSERT_EQ(summary(r),
-            "error g.b MISMATCH; error g.a INVALID_ARGUMENT; error g.c INVALID_ARGUMENT");
+            "error g.b MISMATCH; error g.a MISMATCH; error g.c MISMATCH");
   expectHas(r.errors[1].status.message(), "'g.b'");
   expectHas(r.errors[2].status.message(), "'g.b'");
   EXPECT_EQ(c.pendingCount(), 0u);
@@ -508,7 +510,7 @@ TEST(FusionCoordinatorTest, StallClockStartsAtFirstAnnouncement) {
   m[3] = announce({"g.b"}, g);
   EXPECT_EQ(summary(c.process(m, at(85))), "");
   EXPECT_EQ(summary(c.process(idle, at(114.9))), "");
-  EXPECT_EQ(summary(c.process(idle, at(115))), "error g.a TIMEOUT; error g.b INVALID_ARGUMENT");
+  EXPECT_EQ(summary(c.process(idle, at(115))), "error g.a TIMEOUT; error g.b TIMEOUT");
   EXPECT_EQ(c.pendingCount(), 0u);
 }
 

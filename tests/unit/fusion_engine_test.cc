@@ -718,3 +718,50 @@ TEST(FusionEngineTimelineTest, UnwritableFileFailsStartButTheEngineStillRuns) {
 
 }  // namespace
 }  // namespace detcoll
+
+namespace detcoll {
+namespace {
+
+TEST(FusionEngineThresholdTest, RanksWithDifferentThresholdsPlanWithRankZeros) {
+  // The threshold differs between ranks (an environment set differently, or setFusionThreshold
+  // on some ranks only): every rank still plans with rank 0's, so they run the same collectives
+  // and get the blocking bits.
+  const int p = 3;
+  const size_t n = 20;
+  std::vector<std::vector<Buffer>> in(p);
+  for (int r = 0; r < p; ++r) {
+    for (size_t t = 0; t < n; ++t) {
+      in[r].push_back(testing::randomBuffer(DataType::kFloat32, 100 + 37 * t, 17 * r + t));
+    }
+  }
+  std::vector<std::vector<Buffer>> out(p, std::vector<Buffer>(n)), want(p, std::vector<Buffer>(n));
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    collective::Collectives blocking(comm);
+    for (size_t t = 0; t < n; ++t) {
+      want[r][t].assign(in[r][t].size(), 0);
+      ASSERT_TRUE(ok(blocking.allreduce(Mode::kOrdered, in[r][t].data(), want[r][t].data(),
+                                        in[r][t].size() / 4, static_cast<int>(DataType::kFloat32),
+                                        static_cast<int>(ReduceOp::kSum), "reference")));
+    }
+    EngineOptions options;
+    options.fusionThresholdBytes = r == 0 ? 0 : (64 << 20);
+    withEngine(comm, options, [&](Engine& engine) {
+      if (r == 2) engine.setFusionThreshold(1 << 10);
+      std::vector<RequestPtr> requests;
+      for (size_t t = 0; t < n; ++t) {
+        out[r][t].assign(in[r][t].size(), 0);
+        requests.push_back(
+            enqueueOk(engine, allreduce("t" + std::to_string(t), DataType::kFloat32,
+                                        in[r][t].size() / 4, in[r][t].data(), out[r][t].data())));
+      }
+      for (const RequestPtr& request : requests) EXPECT_TRUE(ok(waitFor(request)));
+    });
+  });
+  for (int r = 0; r < p; ++r) {
+    for (size_t t = 0; t < n; ++t) EXPECT_EQ(out[r][t], want[r][t]) << "rank " << r << " t" << t;
+  }
+}
+
+}  // namespace
+}  // namespace detcoll
