@@ -439,8 +439,7 @@ TEST(FusionCoordinatorTest, FailingMemberFailsTheRestOfItsGroup) {
   m[1].announced[1].descriptor.count = 12;  // g.b mismatches
   m[2] = announce({"g.a", "g.b"}, g);       // g.c still missing on rank 2
   const Response r = c.process(m, at(0));
-  ASSERT_EQ(summary(r),
-            "error g.b MISMATCH; error g.a MISMATCH; error g.c MISMATCH");
+  ASSERT_EQ(summary(r), "error g.b MISMATCH; error g.a MISMATCH; error g.c MISMATCH");
   expectHas(r.errors[1].status.message(), "'g.b'");
   expectHas(r.errors[2].status.message(), "'g.b'");
   EXPECT_EQ(c.pendingCount(), 0u);
