@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +22,10 @@
 #if DETCOLL_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
+
+struct detcoll_request {
+  detcoll::fusion::RequestPtr request;
+};
 
 namespace detcoll {
 namespace {
@@ -204,37 +209,41 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
   return spec;
 }
 
-// Enqueues requests built by makeSpec as one group; handles[i] for each, all NULL on error.
-detcoll_status_t enqueue(const char* call, std::vector<fusion::RequestSpec> specs,
-                         detcoll_handle_t* handles);
-
-}  // namespace
-}  // namespace detcoll
-
-struct detcoll_request {
-  detcoll::fusion::RequestPtr request;
-};
-
-using namespace detcoll;
-
-namespace detcoll {
-namespace {
-
-detcoll_status_t enqueue(const char* call, std::vector<fusion::RequestSpec> specs,
+// Enqueues n requests, spec(i) built once the runtime is known to exist, as one group;
+// handles[i] for each, all NULL on error.
+detcoll_status_t enqueue(const char* call, size_t n,
+                         const std::function<fusion::RequestSpec(size_t)>& spec,
                          detcoll_handle_t* handles) {
   fusion::Engine* engine = nullptr;
   if (Status s = engineFor(call, &engine); !s.isOk()) return finish(s);
+  std::vector<fusion::RequestSpec> specs;
+  for (size_t i = 0; i < n; ++i) specs.push_back(spec(i));
   std::vector<fusion::RequestPtr> requests;
-  const size_t n = specs.size();
   const Status status = engine->enqueueGroup(std::move(specs), nullptr, &requests);
-  if (!status.isOk())
+  if (!status.isOk()) {
     return finish(Status(status.code(), std::string(call) + ": " + status.message()));
+  }
   for (size_t i = 0; i < n; ++i) handles[i] = new detcoll_request{requests[i]};
   return DETCOLL_SUCCESS;
 }
 
+// One asynchronous request of the C API.
+detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const void* send,
+                            void* recv, size_t count, int dtype, int op, int root, const char* name,
+                            detcoll_handle_t* handle) {
+  if (handle == nullptr) {
+    return finish(Status::invalidArgument(std::string(call) + ": handle is null"));
+  }
+  *handle = nullptr;
+  return enqueue(
+      call, 1, [&](size_t) { return makeSpec(kind, send, recv, count, dtype, op, root, name); },
+      handle);
+}
+
 }  // namespace
 }  // namespace detcoll
+
+using namespace detcoll;
 
 extern "C" {
 
@@ -350,15 +359,8 @@ detcoll_status_t detcoll_allreduce_async(const void* sendbuf, void* recvbuf, siz
                                          detcoll_dtype_t dtype, detcoll_op_t op, const char* name,
                                          detcoll_handle_t* handle) {
   std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
-  if (handle == nullptr) {
-    return finish(Status::invalidArgument("detcoll_allreduce_async: handle is null"));
-  }
-  *handle = nullptr;
-  if (!g_runtime) return finish(notInitialized("detcoll_allreduce_async"));
-  std::vector<fusion::RequestSpec> specs;
-  specs.push_back(makeSpec(fusion::RequestKind::kAllreduce, sendbuf, recvbuf, count,
-                           static_cast<int>(dtype), static_cast<int>(op), 0, name));
-  return detcoll::enqueue("detcoll_allreduce_async", std::move(specs), handle);
+  return enqueueOne("detcoll_allreduce_async", fusion::RequestKind::kAllreduce, sendbuf, recvbuf,
+                    count, static_cast<int>(dtype), static_cast<int>(op), 0, name, handle);
 }
 
 detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendbufs,
@@ -379,43 +381,29 @@ detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendb
     return finish(Status::invalidArgument(std::string(call) +
                                           ": sendbufs, recvbufs and counts must not be null"));
   }
-  if (!g_runtime) return finish(notInitialized(call));
-  std::vector<fusion::RequestSpec> specs;
-  for (int i = 0; i < n; ++i) {
-    specs.push_back(makeSpec(fusion::RequestKind::kAllreduce, sendbufs[i], recvbufs[i], counts[i],
-                             static_cast<int>(dtype), static_cast<int>(op), 0,
-                             names != nullptr ? names[i] : nullptr));
-  }
-  return detcoll::enqueue(call, std::move(specs), handles);
+  return enqueue(
+      call, static_cast<size_t>(n),
+      [&](size_t i) {
+        return makeSpec(fusion::RequestKind::kAllreduce, sendbufs[i], recvbufs[i], counts[i],
+                        static_cast<int>(dtype), static_cast<int>(op), 0,
+                        names != nullptr ? names[i] : nullptr);
+      },
+      handles);
 }
 
 detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, detcoll_dtype_t dtype, int root,
                                          const char* name, detcoll_handle_t* handle) {
   std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
-  if (handle == nullptr) {
-    return finish(Status::invalidArgument("detcoll_broadcast_async: handle is null"));
-  }
-  *handle = nullptr;
-  if (!g_runtime) return finish(notInitialized("detcoll_broadcast_async"));
-  std::vector<fusion::RequestSpec> specs;
-  specs.push_back(makeSpec(fusion::RequestKind::kBroadcast, nullptr, buf, count,
-                           static_cast<int>(dtype), 0, root, name));
-  return detcoll::enqueue("detcoll_broadcast_async", std::move(specs), handle);
+  return enqueueOne("detcoll_broadcast_async", fusion::RequestKind::kBroadcast, nullptr, buf, count,
+                    static_cast<int>(dtype), 0, root, name, handle);
 }
 
 detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf, size_t count,
                                          detcoll_dtype_t dtype, const char* name,
                                          detcoll_handle_t* handle) {
   std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
-  if (handle == nullptr) {
-    return finish(Status::invalidArgument("detcoll_allgather_async: handle is null"));
-  }
-  *handle = nullptr;
-  if (!g_runtime) return finish(notInitialized("detcoll_allgather_async"));
-  std::vector<fusion::RequestSpec> specs;
-  specs.push_back(makeSpec(fusion::RequestKind::kAllgather, sendbuf, recvbuf, count,
-                           static_cast<int>(dtype), 0, 0, name));
-  return detcoll::enqueue("detcoll_allgather_async", std::move(specs), handle);
+  return enqueueOne("detcoll_allgather_async", fusion::RequestKind::kAllgather, sendbuf, recvbuf,
+                    count, static_cast<int>(dtype), 0, 0, name, handle);
 }
 
 detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done) {
