@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "collective/buffers.h"
 #include "collective/invariant_allreduce.h"
+#include "collective/mode_allreduce.h"
 #include "kernels/fixed_point.h"
 #include "kernels/fold.h"
 
@@ -27,13 +29,6 @@ class LocalChecks {
  private:
   Status status_;
 };
-
-bool overlapsPartially(const void* a, size_t aBytes, const void* b, size_t bBytes) {
-  if (a == b || aBytes == 0 || bBytes == 0) return false;
-  const auto x = reinterpret_cast<uintptr_t>(a);
-  const auto y = reinterpret_cast<uintptr_t>(b);
-  return x < y + bBytes && y < x + aBytes;
-}
 
 void checkDtype(LocalChecks& checks, int dtype, size_t count, size_t factor) {
   checks.require(isValidDataType(dtype), [&] { return "unknown dtype " + std::to_string(dtype); });
@@ -125,15 +120,9 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   }
   if (count == 0) return Status::ok();
   switch (mode) {
-    case Mode::kNative: {
-      const void* send = contribution(leaves, n, count, type, reduceOp);
-      if (reduceOp != ReduceOp::kAverage)
-        return comm_.nativeAllreduce(send, recv, count, type, reduceOp);
-      DETCOLL_RETURN_IF_ERROR(comm_.nativeAllreduce(send, recv, count, type, ReduceOp::kSum));
-      const void* sum[1] = {recv};
-      kernels::foldRankOrder(recv, sum, 1, count, type, ReduceOp::kAverage, total);
-      return Status::ok();
-    }
+    case Mode::kNative:
+      return modeAllreduce(comm_, mode, contribution(leaves, n, count, type, reduceOp), recv, count,
+                           type, reduceOp, ordered_, total);
     case Mode::kOrdered: {
       if (payload != nullptr) {
         // Every rank holds every contribution: each folds them all, in rank order, to the same
@@ -143,8 +132,8 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
         kernels::foldRankOrder(recv, inputs_.data(), p, count, type, reduceOp, total);
         return Status::ok();
       }
-      const void* send = contribution(leaves, n, count, type, reduceOp);
-      return orderedAllreduce(comm_, send, recv, count, type, reduceOp, ordered_, total);
+      return modeAllreduce(comm_, mode, contribution(leaves, n, count, type, reduceOp), recv, count,
+                           type, reduceOp, ordered_, total);
     }
     case Mode::kInvariant: {
       bool allInline = true;

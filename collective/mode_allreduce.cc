@@ -8,22 +8,24 @@
 namespace detcoll::collective {
 
 Status modeAllreduce(Communicator& comm, Mode mode, const void* send, void* recv, size_t count,
-                     DataType type, ReduceOp op, const OrderedAllreduceOptions& options) {
+                     DataType type, ReduceOp op, const OrderedAllreduceOptions& options,
+                     int64_t divisor) {
   if (count == 0) return Status::ok();
-  const int p = comm.size();
+  const int64_t total = divisor > 0 ? divisor : comm.size();
   switch (mode) {
     case Mode::kNative: {
       if (op != ReduceOp::kAverage) return comm.nativeAllreduce(send, recv, count, type, op);
       DETCOLL_RETURN_IF_ERROR(comm.nativeAllreduce(send, recv, count, type, ReduceOp::kSum));
       const void* sum[1] = {recv};
-      kernels::foldRankOrder(recv, sum, 1, count, type, ReduceOp::kAverage, p);
+      kernels::foldRankOrder(recv, sum, 1, count, type, ReduceOp::kAverage, total);
       return Status::ok();
     }
     case Mode::kOrdered:
-      return orderedAllreduce(comm, send, recv, count, type, op, options, p);
+      return orderedAllreduce(comm, send, recv, count, type, op, options, total);
     case Mode::kInvariant: {
       const void* leaves[1] = {send};
-      return invariantAllreduce(comm, leaves, 1, recv, count, type, op, p, options.segmentBytes);
+      return invariantAllreduce(comm, leaves, 1, recv, count, type, op, total,
+                                options.segmentBytes);
     }
   }
   return Status::internal("unknown mode " + std::to_string(static_cast<int>(mode)));

@@ -1,9 +1,12 @@
 #pragma once
 
-// The allreduce of a mode, on arguments every rank has already agreed on, one buffer (leaf) per
-// rank: the fusion engine's negotiation does the agreeing. Average divides by the world size.
+// The allreduce of a mode on arguments every rank has already agreed on (by the call agreement,
+// or the fusion engine's negotiation), one buffer per rank. Average divides the sum of the
+// buffers by `divisor` (the world size when 0 or less; the number of leaves when each buffer is a
+// rank's leaves folded together).
 
 #include <cstddef>
+#include <cstdint>
 
 #include "collective/communicator.h"
 #include "collective/ordered_allreduce.h"
@@ -11,6 +14,7 @@
 namespace detcoll::collective {
 
 Status modeAllreduce(Communicator& comm, Mode mode, const void* send, void* recv, size_t count,
-                     DataType type, ReduceOp op, const OrderedAllreduceOptions& options = {});
+                     DataType type, ReduceOp op, const OrderedAllreduceOptions& options = {},
+                     int64_t divisor = 0);
 
 }  // namespace detcoll::collective

@@ -6,6 +6,7 @@
 #include <exception>
 #include <utility>
 
+#include "collective/buffers.h"
 #include "collective/mode_allreduce.h"
 #include "collective/tags.h"
 #include "common/logging.h"
@@ -95,14 +96,7 @@ uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
   return h == 0 ? 1 : h;
 }
 
-bool overlapsPartially(const void* a, size_t aBytes, const void* b, size_t bBytes) {
-  if (a == b || aBytes == 0 || bBytes == 0) return false;
-  const auto x = reinterpret_cast<uintptr_t>(a);
-  const auto y = reinterpret_cast<uintptr_t>(b);
-  return x < y + bBytes && y < x + aBytes;
-}
-
-std::string mebibytes(size_t bytes) {
+std::string kibibytes(size_t bytes) {
   return std::to_string(bytes / 1024) + " KiB";
 }
 
@@ -151,7 +145,7 @@ std::string Engine::localCheck(const RequestSpec& spec) const {
     case RequestKind::kAllreduce:
       if (d.count > 0 && spec.send == nullptr) return "sendbuf is null";
       if (d.count > 0 && spec.recv == nullptr) return "recvbuf is null";
-      if (overlapsPartially(spec.send, bytes, spec.recv, bytes)) {
+      if (collective::overlapsPartially(spec.send, bytes, spec.recv, bytes)) {
         return "sendbuf and recvbuf overlap without being the same buffer";
       }
       break;
@@ -166,7 +160,8 @@ std::string Engine::localCheck(const RequestSpec& spec) const {
       if (d.count > 0 && spec.send == nullptr) return "sendbuf is null";
       if (d.count > 0 && spec.recv == nullptr) return "recvbuf is null";
       const char* slot = static_cast<const char*>(spec.recv) + comm_.rank() * bytes;
-      if (spec.send != slot && overlapsPartially(spec.send, bytes, spec.recv, bytes * p)) {
+      if (spec.send != slot &&
+          collective::overlapsPartially(spec.send, bytes, spec.recv, bytes * p)) {
         return "sendbuf overlaps recvbuf other than at this rank's slot";
       }
       break;
@@ -229,12 +224,12 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::finish(const RequestPtr& request, const Status& status) {
+void Engine::finish(const std::vector<RequestPtr>& requests, const Status& status) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    names_.erase(request->name());
+    std::lock_guard<std::mutex> lock(mutex_);  // one lock for all their names
+    for (const RequestPtr& request : requests) names_.erase(request->name());
   }
-  request->complete(status);
+  for (const RequestPtr& request : requests) request->complete(status);
 }
 
 void Engine::stop(const Status& why) {
@@ -247,8 +242,8 @@ void Engine::stop(const Status& why) {
   }
   for (auto& request : queued) pending_.emplace(request->name(), request);
   for (auto& [name, request] : pending_) {
-    finish(request, Status(why.code(), std::string(requestKindName(request->descriptor().kind)) +
-                                           " '" + name + "' did not complete: " + why.message()));
+    finish({request}, Status(why.code(), std::string(requestKindName(request->descriptor().kind)) +
+                                             " '" + name + "' did not complete: " + why.message()));
   }
   pending_.clear();
 }
@@ -323,7 +318,7 @@ void Engine::run() {
       if (it == pending_.end()) continue;  // not submitted here (a stall's missing rank)
       const RequestPtr request = it->second;
       pending_.erase(it);
-      finish(request, e.status);
+      finish({request}, e.status);
     }
     std::vector<RequestPtr> ready;
     auto take = [&](const std::string& name) {
@@ -400,12 +395,7 @@ void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThreshol
   plan.fusionThresholdBytes = fusionThresholdBytes;
   plan.directBytes = options_.directBytes;
   for (const Batch& batch : planBatches(ready, plan)) {
-    const Status status = runBatch(batch);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);  // one lock for the batch's names
-      for (const RequestPtr& request : batch.requests) names_.erase(request->name());
-    }
-    for (const RequestPtr& request : batch.requests) request->complete(status);
+    finish(batch.requests, runBatch(batch));
   }
 }
 
@@ -447,7 +437,7 @@ Status Engine::runBatch(const Batch& batch) {
     if (timeline_.active()) {
       const Clock::time_point end = Clock::now();
       const std::string detail = "fused with " + std::to_string(batch.requests.size() - 1) +
-                                 " others, " + mebibytes(batch.bytes);
+                                 " others, " + kibibytes(batch.bytes);
       for (const RequestPtr& request : batch.requests) {
         timeline_.phase(request->name(), "COPY_IN", begin, copiedIn, detail);
         timeline_.phase(request->name(), "ALLREDUCE", copiedIn, reduced, detail);
@@ -460,7 +450,7 @@ Status Engine::runBatch(const Batch& batch) {
     const char* phase = d.kind == RequestKind::kAllreduce   ? "ALLREDUCE"
                         : d.kind == RequestKind::kBroadcast ? "BROADCAST"
                                                             : "ALLGATHER";
-    timeline_.phase(lead->name(), phase, begin, Clock::now(), mebibytes(d.bytes()));
+    timeline_.phase(lead->name(), phase, begin, Clock::now(), kibibytes(d.bytes()));
   }
   return status;
 }

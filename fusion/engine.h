@@ -88,8 +88,8 @@ class Engine {
   Status exchange(const RankMessage& mine, Response* response);
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
   Status runBatch(const Batch& batch);
-  // Completes a request and frees its name for the next enqueue.
-  void finish(const RequestPtr& request, const Status& status);
+  // Completes requests and frees their names for the next enqueue.
+  void finish(const std::vector<RequestPtr>& requests, const Status& status);
   void stop(const Status& why);
   std::string localCheck(const RequestSpec& spec) const;
 
