@@ -224,6 +224,17 @@ DETCOLL_VECTOR_CLONES void encodeFloat32(int64_t* out, const void* leaf, const u
   }
 }
 
+// Whether v, a quotient rounded to double then scaled exactly, must be settled by the exact path
+// before it is rounded to float: a double that sits exactly on a float midpoint may hide which
+// way the exact quotient lies, and so may one in float's subnormal range (nonzero: the exact
+// value was not zero).
+__attribute__((always_inline)) inline bool quotientNeedsExact(double v, bool nonzero) {
+  const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
+  const bool midpoint = (vb & 0x1fffffffu) == 0x10000000u;
+  const bool tiny = ((vb & 0x7fffffffffffffffu) < 0x3810000000000000u) & nonzero;
+  return midpoint | tiny;
+}
+
 // The exact decode of the general code for the elements the double path cannot settle.
 uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType type, bool average,
                    int64_t leaves);
@@ -252,12 +263,8 @@ DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* piece
       if (average) d = d / divisor;                                   // one rounding to double
       const double v = d * doubleFromBits((1023 + key - 172) << 52);  // exact
       const float result = static_cast<float>(v);                     // one rounding to float
-      // After a division, a double that sits exactly on a float midpoint may hide which way the
-      // exact quotient lies; so may one in float's subnormal range. Those take the exact path.
-      const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
-      const bool midpoint = average && (vb & 0x1fffffffu) == 0x10000000u;
-      const bool tiny = average && (vb & 0x7fffffffffffffffu) < 0x3810000000000000u && t != 0;
-      needsExact[i] = static_cast<uint8_t>(!small | midpoint | tiny | (key == 255));
+      const bool inexact = average && quotientNeedsExact(v, t != 0);
+      needsExact[i] = static_cast<uint8_t>(!small | inexact | (key == 255));
       uint32_t resultBits;
       std::memcpy(&resultBits, &result, 4);
       resultBits &= -static_cast<uint32_t>(key != 0);  // +0 where every leaf is zero
@@ -282,12 +289,12 @@ constexpr int kDoubleLeaves = 64;
 
 // keys[i] and sums[i] (the exact sum of encodings, as a double) for n elements of k leaves;
 // returns the largest key.
-DETCOLL_VECTOR_CLONES uint32_t sumFloat32Block(const float* const* x, int k, size_t n,
+DETCOLL_VECTOR_CLONES uint32_t sumFloat32Block(const void* const* x, int k, size_t n,
                                                uint32_t* keys, double* sums) {
-  const uint32_t* bits0 = reinterpret_cast<const uint32_t*>(x[0]);
+  const uint32_t* bits0 = static_cast<const uint32_t*>(x[0]);
   for (size_t i = 0; i < n; ++i) keys[i] = bits0[i] & 0x7fffffffu;
   for (int l = 1; l < k; ++l) {
-    const uint32_t* bits = reinterpret_cast<const uint32_t*>(x[l]);
+    const uint32_t* bits = static_cast<const uint32_t*>(x[l]);
     for (size_t i = 0; i < n; ++i) {
       const uint32_t magnitude = bits[i] & 0x7fffffffu;
       keys[i] = magnitude > keys[i] ? magnitude : keys[i];
@@ -302,10 +309,11 @@ DETCOLL_VECTOR_CLONES uint32_t sumFloat32Block(const float* const* x, int k, siz
   }
   for (size_t i = 0; i < n; ++i) {
     const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
-    sums[i] = (static_cast<double>(x[0][i]) * scale + kRoundMagic) - kRoundMagic;
+    sums[i] = (static_cast<double>(static_cast<const float*>(x[0])[i]) * scale + kRoundMagic) -
+              kRoundMagic;
   }
   for (int l = 1; l < k; ++l) {
-    const float* leaf = x[l];
+    const float* leaf = static_cast<const float*>(x[l]);
     for (size_t i = 0; i < n; ++i) {
       const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
       sums[i] += (static_cast<double>(leaf[i]) * scale + kRoundMagic) - kRoundMagic;
@@ -331,10 +339,7 @@ DETCOLL_VECTOR_CLONES void divideFloat32Block(float* out, const uint32_t* keys, 
     const double d = sums[i] / divisor;  // one rounding to double
     const double v = d * doubleFromBits((uint64_t{1023 - 172} + keys[i]) << 52);  // exact
     out[i] = static_cast<float>(v);  // one rounding to float
-    const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
-    const bool midpoint = (vb & 0x1fffffffu) == 0x10000000u;
-    const bool tiny = ((vb & 0x7fffffffffffffffu) < 0x3810000000000000u) & (sums[i] != 0);
-    needsExact[i] = static_cast<uint8_t>(midpoint | tiny);
+    needsExact[i] = static_cast<uint8_t>(quotientNeedsExact(v, sums[i] != 0));
   }
 }
 
@@ -576,6 +581,12 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
   // once and the output written once. Every read of a block's leaves comes before its output is
   // written, so out may alias a leaf.
   constexpr size_t kBlock = 1024;
+  const size_t es = dataTypeSize(type);
+  std::vector<const void*> at(nleaves);  // the leaves from the block's first element on
+  auto block = [&](size_t base) {
+    for (int l = 0; l < nleaves; ++l) at[l] = static_cast<const char*>(leaves[l]) + base * es;
+    return static_cast<char*>(out) + base * es;
+  };
   if (type == DataType::kFloat32 && nleaves <= kDoubleLeaves) {
     alignas(64) uint32_t keys[kBlock];
     alignas(64) double sums[kBlock];
@@ -584,51 +595,41 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
     const bool powerOfTwo = (nleaves & (nleaves - 1)) == 0;
     const uint32_t log2Divisor = average && powerOfTwo ? __builtin_ctz(nleaves) : 0;
     const Format f = formatOf(type);
-    std::vector<const float*> at(nleaves);
-    std::vector<const void*> blockLeaves(nleaves);
     std::vector<std::pair<size_t, uint64_t>> specials;
     for (size_t base = 0; base < count; base += kBlock) {
       const size_t m = std::min(kBlock, count - base);
-      for (int l = 0; l < nleaves; ++l) {
-        at[l] = static_cast<const float*>(leaves[l]) + base;
-        blockLeaves[l] = at[l];
-      }
-      float* block = static_cast<float*>(out) + base;
+      float* result = reinterpret_cast<float*>(block(base));
       const uint32_t largest = sumFloat32Block(at.data(), nleaves, m, keys, sums);
       // Non-finite results are found before the block is written: out may alias a leaf.
       specials.clear();
       if (largest == 255) {
         for (size_t i = 0; i < m; ++i) {
-          if (keys[i] == 255)
-            specials.emplace_back(i, nonFiniteResult(blockLeaves.data(), nleaves, i, f));
+          if (keys[i] == 255) specials.emplace_back(i, nonFiniteResult(at.data(), nleaves, i, f));
         }
       }
       if (average && !powerOfTwo) {
-        divideFloat32Block(block, keys, sums, m, nleaves, needsExact);
+        divideFloat32Block(result, keys, sums, m, nleaves, needsExact);
         for (size_t i = 0; i < m; ++i) {
           if (needsExact[i] && keys[i] != 255) {
-            storeBits(block, i, 4,
+            storeBits(result, i, 4,
                       decodeOne(static_cast<int64_t>(sums[i]), keys[i], f, type, true, nleaves));
           }
         }
       } else {
-        scaleFloat32Block(block, keys, sums, m, log2Divisor);
+        scaleFloat32Block(result, keys, sums, m, log2Divisor);
       }
-      for (const auto& [i, bits] : specials) storeBits(block, i, 4, bits);
+      for (const auto& [i, bits] : specials) storeBits(result, i, 4, bits);
     }
     return;
   }
-  const size_t es = dataTypeSize(type);
   const size_t kb = exponentKeyBytes(type);
   alignas(64) uint8_t keys[kBlock * 2];
   alignas(64) int64_t sums[kBlock];
   const int64_t* pieces[1] = {sums};
-  std::vector<const void*> at(nleaves);
   std::vector<int64_t> counts;
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t m = std::min(kBlock, count - base);
-    for (int l = 0; l < nleaves; ++l) at[l] = static_cast<const char*>(leaves[l]) + base * es;
-    void* block = static_cast<char*>(out) + base * es;
+    void* result = block(base);
     if (kb > 0) localMaxKeys(keys, at.data(), nleaves, 0, m, type);
     encodeLeaves(sums, at.data(), nleaves, keys, 0, m, type);
     const size_t nonFinite = kb > 0 ? countNonFiniteKeys(keys, m, type) : 0;
@@ -636,8 +637,8 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
       counts.assign(3 * nonFinite, 0);
       countNonFinite(counts.data(), at.data(), nleaves, keys, m, type);
     }
-    decodeSums(block, pieces, 1, keys, m, type, op, nleaves);
-    if (nonFinite > 0) applyNonFinite(block, counts.data(), keys, m, type);
+    decodeSums(result, pieces, 1, keys, m, type, op, nleaves);
+    if (nonFinite > 0) applyNonFinite(result, counts.data(), keys, m, type);
   }
 }
 
