@@ -125,6 +125,18 @@ void expectEverywhere(const Outcome& o, const Buffer& expected, size_t count, Da
   }
 }
 
+// The invariant mode, whole and in many pipeline rounds, out of place and in place: `expected`
+// on every rank each time.
+void expectEveryLayout(const std::vector<Buffer>& leaves, const Placement& placement, size_t count,
+                       DataType type, ReduceOp op, const Buffer& expected) {
+  for (const RunOptions& options : {RunOptions{}, RunOptions{512, false}, RunOptions{512, true}}) {
+    SCOPED_TRACE("segmentBytes=" + std::to_string(options.segmentBytes) +
+                 (options.inPlace ? " in place" : ""));
+    expectEverywhere(runPlaced(Mode::kInvariant, leaves, placement, count, type, op, options),
+                     expected, count, type);
+  }
+}
+
 // Whether every rank's payload fits inline (the path that reduces locally on every rank).
 bool inlinePath(const Placement& placement, size_t count, DataType type) {
   for (const auto& leaves : placement) {
@@ -466,13 +478,7 @@ void nonFiniteLeavesCase(const Placement& placement) {
           ASSERT_TRUE(sameBits(reference.data() + i * want.size(), want.data(), 1, type))
               << "reference at element " << i;
         }
-        for (const RunOptions& options :
-             {RunOptions{}, RunOptions{512, false}, RunOptions{512, true}}) {
-          SCOPED_TRACE("segmentBytes=" + std::to_string(options.segmentBytes) +
-                       (options.inPlace ? " in place" : ""));
-          expectEverywhere(runPlaced(Mode::kInvariant, leaves, placement, count, type, op, options),
-                           reference, count, type);
-        }
+        expectEveryLayout(leaves, placement, count, type, op, reference);
       }
     }
   }
@@ -526,13 +532,7 @@ TEST(InvariantAllreduceSpecialTest, IntegersMinAndMaxMatchTheReference) {
           std::memcpy(&got, reference.data(), dataTypeSize(type));
           EXPECT_EQ(got, want) << "reference wrapping sum";
         }
-        for (const RunOptions& options :
-             {RunOptions{}, RunOptions{512, false}, RunOptions{512, true}}) {
-          SCOPED_TRACE("segmentBytes=" + std::to_string(options.segmentBytes) +
-                       (options.inPlace ? " in place" : ""));
-          expectEverywhere(runPlaced(Mode::kInvariant, leaves, placement, count, type, op, options),
-                           reference, count, type);
-        }
+        expectEveryLayout(leaves, placement, count, type, op, reference);
       }
     }
   }
