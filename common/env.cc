@@ -92,6 +92,10 @@ Status loadConfig(const EnvLookup& lookup, Config* config) {
   if (const char* v = lookUp(lookup, "DETCOLL_STALL_SHUTDOWN_SECONDS", nullptr, &used, &result)) {
     DETCOLL_RETURN_IF_ERROR(parseNonNegativeNumber(used, v, &result.stallShutdownSeconds));
   }
+  if (const char* v = lookUp(lookup, "DETCOLL_SEED", nullptr, &used, &result)) {
+    DETCOLL_RETURN_IF_ERROR(parseUnsignedValue(used, v, &result.seed));
+    result.seedSet = true;
+  }
   *config = std::move(result);
   return Status::ok();
 }

@@ -21,6 +21,8 @@ struct Config {
   std::string timelinePath;                     // DETCOLL_TIMELINE (file; empty: off)
   double stallCheckSeconds = 60.0;              // DETCOLL_STALL_CHECK_SECONDS (0: off)
   double stallShutdownSeconds = 600.0;          // DETCOLL_STALL_SHUTDOWN_SECONDS (0: never)
+  bool seedSet = false;                         // DETCOLL_SEED given
+  uint64_t seed = 0;                            // DETCOLL_SEED: the root seed of every rank
   // "NAME=value" for every variable that was set, for the INFO log at init.
   std::vector<std::string> setVariables;
 };

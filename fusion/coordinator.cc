@@ -23,15 +23,6 @@ constexpr auto kPartialWindow = std::chrono::milliseconds(5);
 
 }  // namespace
 
-std::string describeRanks(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) text += i + 1 == ranks.size() ? " and " : ", ";
-    text += std::to_string(ranks[i]);
-  }
-  return text;
-}
-
 Coordinator::Coordinator(int size, CoordinatorOptions options)
     : size_(size), options_(std::move(options)) {}
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/value_agreement.h"
 #include "fusion/negotiation.h"
 #include "fusion/response_cache.h"
 
@@ -60,7 +61,6 @@ class Coordinator {
   std::map<std::string, Pending> pending_;
 };
 
-// "rank 3", "ranks 0, 2 and 5".
-std::string describeRanks(const std::vector<int>& ranks);
+using collective::describeRanks;
 
 }  // namespace detcoll::fusion

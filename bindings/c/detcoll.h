@@ -120,6 +120,79 @@ DETCOLL_API detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done);
 /* Blocks until the request completes, returns its status and releases the handle. */
 DETCOLL_API detcoll_status_t detcoll_wait(detcoll_handle_t handle);
 
+/* ---- Reproducible randomness: counter-based streams addressed by keys (README "Seeds") ----
+ *
+ * A key (128 bits) names a stream; element i of a stream is a pure function of (key, i), the same
+ * bits on every rank, on the CPU and the GPU, however a range is split. Keys come from the root
+ * seed and are derived by domain and path (step, sample index, op id, ...), not drawn in
+ * sequence, so a sample's randomness does not depend on which rank or worker processes it. */
+
+/* Philox4x32-10 (Random123): out = the block of counter ctr under key. Needs no init. */
+DETCOLL_API void detcoll_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
+                                       uint32_t out[4]);
+
+typedef struct {
+  uint32_t words[4]; /* 0-1: the Philox key; 2-3: the high half of the Philox counter */
+} detcoll_rng_key_t;
+
+/* The root seed. detcoll_init takes DETCOLL_SEED (which must then be the same on every rank) or
+ * draws one on rank 0, and broadcasts it; detcoll_rng_seed sets another (collective: every rank
+ * must pass the same seed, else DETCOLL_ERR_MISMATCH on every rank and nothing changes). */
+DETCOLL_API detcoll_status_t detcoll_rng_seed(uint64_t seed);
+DETCOLL_API detcoll_status_t detcoll_rng_get_seed(uint64_t* seed);
+/* The root key of the agreed seed, = detcoll_rng_key_from_seed(seed). */
+DETCOLL_API detcoll_status_t detcoll_rng_root_key(detcoll_rng_key_t* key);
+
+/* Keys, pure functions (no init needed): the root key of a seed; the child of `parent` for a
+ * domain (a NUL-terminated name such as "dropout") and a path of path_len integers; the 128-bit
+ * stable hash of `length` bytes. */
+DETCOLL_API detcoll_status_t detcoll_rng_key_from_seed(uint64_t seed, detcoll_rng_key_t* key);
+DETCOLL_API detcoll_status_t detcoll_rng_derive(const detcoll_rng_key_t* parent, const char* domain,
+                                                const uint64_t* path, size_t path_len,
+                                                detcoll_rng_key_t* child);
+DETCOLL_API detcoll_status_t detcoll_rng_name_hash(const void* bytes, size_t length,
+                                                   detcoll_rng_key_t* hash);
+
+/* The optional key check: detcoll_rng_derive_checked derives like detcoll_rng_derive and fails
+ * with DETCOLL_ERR_INVALID_ARGUMENT, naming both purposes, when the key was already derived in
+ * this step for another purpose. detcoll_rng_begin_step starts a step (forgets its keys). Local
+ * to the process; needs no init. */
+DETCOLL_API detcoll_status_t detcoll_rng_begin_step(uint64_t step);
+DETCOLL_API detcoll_status_t detcoll_rng_derive_checked(const detcoll_rng_key_t* parent,
+                                                        const char* domain, const uint64_t* path,
+                                                        size_t path_len, const char* purpose,
+                                                        detcoll_rng_key_t* child);
+
+/* Fills: out[j] = element (offset + j) of the key's stream, j < count (offset + count below
+ * 2^64). Uniform in [0, 1) and normal (Box-Muller) fill float32 or float64; bernoulli writes 0 or
+ * 1 (1 with probability ceil(p 2^32) / 2^32) in any dtype; randint fills int32 (n <= 2^31) or
+ * int64 (n <= 2^63) with values in [0, n), no modulo bias, elements below 2^48. The formulas
+ * are in the README. In a CUDA build, device memory is filled on the device (same bits), on the
+ * default stream, before the call returns. Need no init. */
+DETCOLL_API detcoll_status_t detcoll_rng_uniform(const detcoll_rng_key_t* key, uint64_t offset,
+                                                 void* out, size_t count, detcoll_dtype_t dtype);
+DETCOLL_API detcoll_status_t detcoll_rng_normal(const detcoll_rng_key_t* key, uint64_t offset,
+                                                void* out, size_t count, detcoll_dtype_t dtype,
+                                                double mean, double stddev);
+DETCOLL_API detcoll_status_t detcoll_rng_bernoulli(const detcoll_rng_key_t* key, uint64_t offset,
+                                                   void* out, size_t count, detcoll_dtype_t dtype,
+                                                   double p);
+DETCOLL_API detcoll_status_t detcoll_rng_randint(const detcoll_rng_key_t* key, uint64_t offset,
+                                                 void* out, size_t count, detcoll_dtype_t dtype,
+                                                 uint64_t n);
+
+/* The checkpointable state: the root seed and named counters (a counter never set is 0). _next
+ * returns the counter and advances it by one. _save writes the state into buf (size bytes) and
+ * sets *needed to its length; a buf too small (or NULL) gets DETCOLL_ERR_INVALID_ARGUMENT with
+ * *needed set, so a first call may ask for the size. _restore is collective: every rank must
+ * restore the same state (else DETCOLL_ERR_MISMATCH everywhere and nothing changes); a corrupt
+ * buffer on any rank fails every rank. Need init. */
+DETCOLL_API detcoll_status_t detcoll_rng_counter_get(const char* name, uint64_t* value);
+DETCOLL_API detcoll_status_t detcoll_rng_counter_set(const char* name, uint64_t value);
+DETCOLL_API detcoll_status_t detcoll_rng_counter_next(const char* name, uint64_t* value);
+DETCOLL_API detcoll_status_t detcoll_rng_state_save(void* buf, size_t size, size_t* needed);
+DETCOLL_API detcoll_status_t detcoll_rng_state_restore(const void* buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,12 +12,10 @@
 #include <vector>
 
 #include "bindings/c/detcoll.h"
-#include "collective/collectives.h"
-#include "collective/mpi_communicator.h"
+#include "bindings/c/runtime.h"
+#include "collective/value_agreement.h"
 #include "common/config.h"
-#include "common/env.h"
 #include "common/logging.h"
-#include "fusion/engine.h"
 
 #if DETCOLL_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -27,36 +25,22 @@ struct detcoll_request {
   detcoll::fusion::RequestPtr request;
 };
 
-namespace detcoll {
-namespace {
+namespace detcoll::capi {
 
 static_assert(static_cast<int>(StatusCode::kInternal) == DETCOLL_ERR_INTERNAL);
 static_assert(static_cast<int>(DataType::kInt64) == DETCOLL_INT64);
 static_assert(static_cast<int>(ReduceOp::kMax) == DETCOLL_MAX);
 static_assert(static_cast<int>(Mode::kInvariant) == DETCOLL_MODE_INVARIANT);
 
-struct Runtime {
-  std::unique_ptr<collective::MpiCommunicator> comm;
-  std::unique_ptr<collective::MpiCommunicator> engineComm;
-  std::unique_ptr<collective::Collectives> collectives;
-  std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
-  std::string noEngine;                    // why there is no engine
-  std::atomic<uint64_t> unnamed{0};
-  Config config;
-  int localRank = 0;
-  int localSize = 1;
-};
-
-// g_mutex serializes the blocking calls (collectives must run in one order per rank) and init,
-// finalize and set_mode. g_runtimeMutex guards the runtime's lifetime and the mode: init, finalize
-// and set_mode hold it exclusively, asynchronous calls shared, so that an enqueue never waits
-// for a blocking collective (which could wait, on another rank, for that very request).
 std::mutex g_mutex;
 std::shared_mutex g_runtimeMutex;
 std::unique_ptr<Runtime> g_runtime;
+
+namespace {
 bool g_ownsMpi = false;
 std::optional<Mode> g_modeOverride;
 thread_local std::string t_lastError;
+}  // namespace
 
 detcoll_status_t finish(const Status& status) {
   if (status.isOk()) return DETCOLL_SUCCESS;
@@ -65,35 +49,43 @@ detcoll_status_t finish(const Status& status) {
   return static_cast<detcoll_status_t>(status.code());
 }
 
+Status notInitialized(const char* call) {
+  return Status::notInitialized(std::string(call) + " called before detcoll_init");
+}
+
+bool isDeviceMemory(const void* pointer) {
+#if DETCOLL_WITH_CUDA
+  static const bool haveDevice = [] {
+    int devices = 0;
+    const bool found = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+    (void)cudaGetLastError();
+    return found;
+  }();
+  if (!haveDevice || pointer == nullptr) return false;
+  cudaPointerAttributes attributes{};
+  const bool device = cudaPointerGetAttributes(&attributes, pointer) == cudaSuccess &&
+                      attributes.type == cudaMemoryTypeDevice;
+  (void)cudaGetLastError();
+  return device;
+#else
+  (void)pointer;
+  return false;
+#endif
+}
+
+namespace {
+
 Mode currentMode() {
   if (g_modeOverride) return *g_modeOverride;
   return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
 }
 
-Status notInitialized(const char* call) {
-  return Status::notInitialized(std::string(call) + " called before detcoll_init");
-}
-
-// Device memory needs the GPU data path, which this version does not have.
+// Device memory needs the GPU data path, which this version's collectives do not have.
 Status checkHostMemory(const void* pointer, const char* what) {
-#if DETCOLL_WITH_CUDA
-  static const bool haveDevice = [] {
-    int devices = 0;
-    return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
-  }();
-  if (haveDevice && pointer != nullptr) {
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, pointer) == cudaSuccess &&
-        attributes.type == cudaMemoryTypeDevice) {
-      return Status::invalidArgument(std::string(what) +
-                                     " is device memory; this version reduces host memory only");
-    }
-    (void)cudaGetLastError();
+  if (isDeviceMemory(pointer)) {
+    return Status::invalidArgument(std::string(what) +
+                                   " is device memory; this version reduces host memory only");
   }
-#else
-  (void)pointer;
-  (void)what;
-#endif
   return Status::ok();
 }
 
@@ -125,6 +117,7 @@ Status initialize() {
   runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.mode;
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
+  DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
 
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(runtime->comm->handle(), MPI_COMM_TYPE_SHARED, runtime->comm->rank(),
@@ -241,9 +234,10 @@ detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const vo
 }
 
 }  // namespace
-}  // namespace detcoll
+}  // namespace detcoll::capi
 
 using namespace detcoll;
+using namespace detcoll::capi;
 
 extern "C" {
 

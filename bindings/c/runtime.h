@@ -1,0 +1,57 @@
+#pragma once
+
+// The process-wide state behind the C API, shared by its source files (detcoll_c.cc: init,
+// collectives and requests; detcoll_rng.cc: seeds and random fills). Not installed.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "bindings/c/detcoll.h"
+#include "collective/collectives.h"
+#include "collective/mpi_communicator.h"
+#include "common/env.h"
+#include "common/status.h"
+#include "fusion/engine.h"
+#include "kernels/rng/seed_state.h"
+
+namespace detcoll::capi {
+
+struct Runtime {
+  std::unique_ptr<collective::MpiCommunicator> comm;
+  std::unique_ptr<collective::MpiCommunicator> engineComm;
+  std::unique_ptr<collective::Collectives> collectives;
+  std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
+  std::string noEngine;                    // why there is no engine
+  std::atomic<uint64_t> unnamed{0};
+  Config config;
+  int localRank = 0;
+  int localSize = 1;
+  // The random state: the root seed every rank agreed on at init, and the named counters.
+  // Guarded by rngMutex, since counters may be read from any thread.
+  std::mutex rngMutex;
+  kernels::rng::SeedState rng;
+};
+
+// g_mutex serializes the blocking calls (collectives must run in one order per rank) and init,
+// finalize and set_mode. g_runtimeMutex guards the runtime's lifetime and the mode: init, finalize
+// and set_mode hold it exclusively, asynchronous calls shared, so that an enqueue never waits
+// for a blocking collective (which could wait, on another rank, for that very request).
+extern std::mutex g_mutex;
+extern std::shared_mutex g_runtimeMutex;
+extern std::unique_ptr<Runtime> g_runtime;
+
+// The C status of `status`; a failure also sets the thread's last error.
+detcoll_status_t finish(const Status& status);
+// "<call> called before detcoll_init".
+Status notInitialized(const char* call);
+// The root seed at init: DETCOLL_SEED (the same on every rank) or a value drawn on rank 0,
+// agreed by every rank; the counters start empty. Collective.
+Status initializeRandomState(Runtime& runtime);
+// True for device memory in a CUDA build with a device; false otherwise.
+bool isDeviceMemory(const void* pointer);
+
+}  // namespace detcoll::capi
