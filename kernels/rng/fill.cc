@@ -79,6 +79,33 @@ void fillBernoulli16(const Key& key, uint64_t offset, size_t count, uint16_t* ou
                 });
 }
 
+// Element i's first attempt uses block i, so a range's first attempts are one batch of blocks;
+// the rare element that needs more attempts than its block holds takes the per-element path.
+template <typename T>
+void fillRandint(const Key& key, uint64_t offset, size_t count, T* out, uint64_t n) {
+  uint32_t words[4 * kChunkBlocks];
+  const uint64_t reject = (0 - n) % n;
+  for (size_t begin = 0; begin < count; begin += kChunkBlocks) {
+    const size_t m = std::min(kChunkBlocks, count - begin);
+    streamBlocks(key, offset + begin, m, words);
+    for (size_t j = 0; j < m; ++j) {
+      const uint64_t x0 =
+          static_cast<uint64_t>(words[4 * j]) | static_cast<uint64_t>(words[4 * j + 1]) << 32;
+      const uint64_t x1 =
+          static_cast<uint64_t>(words[4 * j + 2]) | static_cast<uint64_t>(words[4 * j + 3]) << 32;
+      uint64_t value;
+      if (x0 * n >= reject) {
+        value = mulHigh64(x0, n);
+      } else if (x1 * n >= reject) {
+        value = mulHigh64(x1, n);
+      } else {
+        value = randint(key, offset + begin + j, n);
+      }
+      out[begin + j] = static_cast<T>(value);
+    }
+  }
+}
+
 void fillRange(const Key& key, const FillSpec& spec, uint64_t offset, size_t count, void* out) {
   const bool f32 = spec.type == DataType::kFloat32;
   switch (spec.distribution) {
@@ -145,15 +172,9 @@ void fillRange(const Key& key, const FillSpec& spec, uint64_t offset, size_t cou
     }
     case Distribution::kRandint:
       if (spec.type == DataType::kInt32) {
-        auto* dst = static_cast<int32_t*>(out);
-        for (size_t j = 0; j < count; ++j) {
-          dst[j] = static_cast<int32_t>(randint(key, offset + j, spec.n));
-        }
+        fillRandint(key, offset, count, static_cast<int32_t*>(out), spec.n);
       } else {
-        auto* dst = static_cast<int64_t*>(out);
-        for (size_t j = 0; j < count; ++j) {
-          dst[j] = static_cast<int64_t>(randint(key, offset + j, spec.n));
-        }
+        fillRandint(key, offset, count, static_cast<int64_t*>(out), spec.n);
       }
       return;
   }
