@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -44,39 +45,13 @@ void fillBlocks(const Key& key, uint64_t offset, size_t count, T* out, Convert c
   }
 }
 
+// 1 or 0 in T: `one` is the bits of 1 (0x3c00 for float16, 0x3f80 for bfloat16, as uint16_t).
 template <typename T>
-T oneOf(bool bit);
-template <>
-float oneOf<float>(bool bit) {
-  return bit ? 1.0f : 0.0f;
-}
-template <>
-double oneOf<double>(bool bit) {
-  return bit ? 1.0 : 0.0;
-}
-template <>
-int32_t oneOf<int32_t>(bool bit) {
-  return bit ? 1 : 0;
-}
-template <>
-int64_t oneOf<int64_t>(bool bit) {
-  return bit ? 1 : 0;
-}
-
-template <typename T>
-void fillBernoulli(const Key& key, uint64_t offset, size_t count, T* out, uint64_t threshold) {
-  fillBlocks<4>(key, offset, count, out, [threshold](const uint32_t* w, size_t k, uint64_t) {
-    return oneOf<T>(w[k] < threshold);
+void fillBernoulli(const Key& key, uint64_t offset, size_t count, T* out, uint64_t threshold,
+                   T one) {
+  fillBlocks<4>(key, offset, count, out, [threshold, one](const uint32_t* w, size_t k, uint64_t) {
+    return w[k] < threshold ? one : T(0);
   });
-}
-
-// 16-bit floats: the bits of 0 and 1.
-void fillBernoulli16(const Key& key, uint64_t offset, size_t count, uint16_t* out,
-                     uint64_t threshold, uint16_t oneBits) {
-  fillBlocks<4>(key, offset, count, out,
-                [threshold, oneBits](const uint32_t* w, size_t k, uint64_t) -> uint16_t {
-                  return w[k] < threshold ? oneBits : 0;
-                });
 }
 
 // Element i's first attempt uses block i, so a range's first attempts are one batch of blocks;
@@ -156,17 +131,19 @@ void fillRange(const Key& key, const FillSpec& spec, uint64_t offset, size_t cou
       const uint64_t t = bernoulliThreshold(spec.p);
       switch (spec.type) {
         case DataType::kFloat32:
-          return fillBernoulli(key, offset, count, static_cast<float*>(out), t);
+          return fillBernoulli(key, offset, count, static_cast<float*>(out), t, 1.0f);
         case DataType::kFloat64:
-          return fillBernoulli(key, offset, count, static_cast<double*>(out), t);
+          return fillBernoulli(key, offset, count, static_cast<double*>(out), t, 1.0);
         case DataType::kInt32:
-          return fillBernoulli(key, offset, count, static_cast<int32_t*>(out), t);
+          return fillBernoulli(key, offset, count, static_cast<int32_t*>(out), t, int32_t{1});
         case DataType::kInt64:
-          return fillBernoulli(key, offset, count, static_cast<int64_t*>(out), t);
+          return fillBernoulli(key, offset, count, static_cast<int64_t*>(out), t, int64_t{1});
         case DataType::kFloat16:
-          return fillBernoulli16(key, offset, count, static_cast<uint16_t*>(out), t, 0x3c00);
+          return fillBernoulli(key, offset, count, static_cast<uint16_t*>(out), t,
+                               uint16_t{0x3c00});
         case DataType::kBFloat16:
-          return fillBernoulli16(key, offset, count, static_cast<uint16_t*>(out), t, 0x3f80);
+          return fillBernoulli(key, offset, count, static_cast<uint16_t*>(out), t,
+                               uint16_t{0x3f80});
       }
       return;
     }
@@ -371,9 +348,14 @@ Status fillHost(const Key& key, const FillSpec& spec, uint64_t offset, size_t co
     const size_t begin = std::min(count, w * share);
     const size_t end = w + 1 == t ? count : std::min(count, begin + share);
     if (begin == end) continue;
-    workers.emplace_back([&, begin, end] {
+    auto work = [&, begin, end] {
       fillRange(key, spec, offset + begin, end - begin, bytes + begin * elementBytes);
-    });
+    };
+    try {
+      workers.emplace_back(work);
+    } catch (const std::system_error&) {
+      work();  // no thread to be had: this share runs here, with the same bits
+    }
   }
   for (std::thread& worker : workers) worker.join();
   return Status::ok();
