@@ -190,8 +190,10 @@ detcoll_status_t detcoll_rng_derive_checked(const detcoll_rng_key_t* parent, con
   if (child == nullptr) return finish(nullArgument(call, "child"));
   rng::Key key;
   const Status status = g_keyRegistry.derive(toKey(*parent), domain, path, path_len, purpose, &key);
-  if (status.isOk()) *child = fromKey(key);
-  return finish(status);
+  if (!status.isOk())
+    return finish(Status(status.code(), std::string(call) + ": " + status.message()));
+  *child = fromKey(key);
+  return DETCOLL_SUCCESS;
 }
 
 detcoll_status_t detcoll_rng_uniform(const detcoll_rng_key_t* key, uint64_t offset, void* out,
@@ -228,10 +230,8 @@ detcoll_status_t detcoll_rng_randint(const detcoll_rng_key_t* key, uint64_t offs
 }
 
 detcoll_status_t detcoll_rng_counter_get(const char* name, uint64_t* value) {
-  if (name == nullptr || value == nullptr) {
-    return finish(
-        Status::invalidArgument("detcoll_rng_counter_get: name and value must not be null"));
-  }
+  if (name == nullptr) return finish(nullArgument("detcoll_rng_counter_get", "name"));
+  if (value == nullptr) return finish(nullArgument("detcoll_rng_counter_get", "value"));
   return withState("detcoll_rng_counter_get",
                    [&](rng::SeedState& state) { return state.counter(name, value); });
 }
@@ -243,10 +243,8 @@ detcoll_status_t detcoll_rng_counter_set(const char* name, uint64_t value) {
 }
 
 detcoll_status_t detcoll_rng_counter_next(const char* name, uint64_t* value) {
-  if (name == nullptr || value == nullptr) {
-    return finish(
-        Status::invalidArgument("detcoll_rng_counter_next: name and value must not be null"));
-  }
+  if (name == nullptr) return finish(nullArgument("detcoll_rng_counter_next", "name"));
+  if (value == nullptr) return finish(nullArgument("detcoll_rng_counter_next", "value"));
   return withState("detcoll_rng_counter_next",
                    [&](rng::SeedState& state) { return state.next(name, value); });
 }

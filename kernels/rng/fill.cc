@@ -32,16 +32,15 @@ void fillBlocks(const Key& key, uint64_t offset, size_t count, T* out, Convert c
   const uint64_t end = offset + count;
   uint64_t i = offset;
   while (i < end) {
+    // No product here may reach 2^64: a range may end at the last element of the stream.
     const uint64_t first = i / E;
-    const uint64_t last = std::min<uint64_t>(first + kChunkBlocks, (end - 1) / E + 1);
-    streamBlocks(key, first, last - first, words);
-    const uint64_t stop = std::min<uint64_t>(end, last * E);
-    const uint64_t base = first * E;
+    const size_t blocks = std::min<uint64_t>(kChunkBlocks, (end - 1) / E + 1 - first);
+    streamBlocks(key, first, blocks, words);
+    const size_t k0 = i - first * E;
+    const size_t n = std::min<uint64_t>(end - i, blocks * E - k0);
     T* dst = out + (i - offset);
-    const size_t k0 = i - base;
-    const size_t n = stop - i;
     for (size_t j = 0; j < n; ++j) dst[j] = convert(words, k0 + j, i + j);
-    i = stop;
+    i += n;
   }
 }
 

@@ -8,10 +8,11 @@
 //
 // Construction (Davies-Meyer over Philox4x32-10 with Merkle-Damgard strengthening):
 //   mix(h, m)        = Philox4x32-10(counter = h, key = (m mod 2^32, m div 2^32)) XOR h
-//   absorb(h, m...)  = mix(...mix(mix(h, m_1), m_2)..., m_n), then mix(., n) (the block count)
+//   absorb(h, m...)  = mix(...mix(mix(h, m_1), m_2)..., m_n), then mix(., n) (the word count)
 //   iv(tag)          = the 16 ASCII bytes of tag, zero-padded, as four little-endian words
-//   nameHash(bytes)  = absorb(iv("detcoll/name"), the bytes as little-endian 64-bit words, the
-//                      last zero-padded, then the byte length)
+//   nameHash(bytes)  = the bytes as little-endian 64-bit words (the last zero-padded) mixed into
+//                      iv("detcoll/name"), then mix(., the byte length) in place of the word
+//                      count (it fixes the padding too)
 //   rootKey(seed)    = absorb(iv("detcoll/root"), seed)
 //   deriveKey(parent, domain, path[0..n)) =
 //                      absorb(parent, nameHash(domain).lo64, nameHash(domain).hi64, path[0], ...,

@@ -124,9 +124,10 @@ Status SeedState::deserialize(const void* data, size_t size, SeedState* state) {
         !reader.takeBytes(length, &name) || !reader.take(8, &value)) {
       return corrupt("counter " + std::to_string(i) + " is malformed");
     }
-    if (!result.counters_.emplace(std::move(name), value).second) {
-      return corrupt("counter " + std::to_string(i) + " repeats a name");
+    if (!result.counters_.empty() && !(result.counters_.rbegin()->first < name)) {
+      return corrupt("counter " + std::to_string(i) + " is out of name order or repeats a name");
     }
+    result.counters_.emplace_hint(result.counters_.end(), std::move(name), value);
   }
   if (reader.at() != body.size() - sizeof kMagic) return corrupt("trailing bytes");
   *state = std::move(result);
