@@ -62,6 +62,10 @@ const char* kindName(int kind) {
       return "broadcast";
     case CallKind::kAllgather:
       return "allgather";
+    case CallKind::kSeed:
+      return "seed agreement";
+    case CallKind::kRestoreState:
+      return "random state restore";
   }
   return "unknown call";
 }

@@ -22,7 +22,14 @@ namespace detcoll::collective {
 // 16 bits.
 constexpr int kMaxLeavesPerRank = 65535;
 
-enum class CallKind : int32_t { kInit = 1, kAllreduce = 2, kBroadcast = 3, kAllgather = 4 };
+enum class CallKind : int32_t {
+  kInit = 1,
+  kAllreduce = 2,
+  kBroadcast = 3,
+  kAllgather = 4,
+  kSeed = 5,          // agreeing on the root seed
+  kRestoreState = 6,  // agreeing on a restored random state
+};
 
 struct CallDescription {
   CallKind kind = CallKind::kAllreduce;

@@ -225,4 +225,26 @@ Status Collectives::agreeOnInit(Mode mode, const Status& local) {
   return agreement_.agree(comm_, call, nullptr, 0);
 }
 
+Status Collectives::agreeOnValue(CallKind kind, const std::string& what, const Status& local,
+                                 const AgreedValue& mine,
+                                 const std::function<std::string(const AgreedValue&)>& describe,
+                                 std::vector<AgreedValue>* all) {
+  CallDescription call;
+  call.kind = kind;
+  call.count = 1;
+  call.local = local;
+  DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, &mine, sizeof mine));
+  std::vector<AgreedValue> values(comm_.size());
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (agreement_.payloadBytes(r) != sizeof(AgreedValue)) {
+      return Status::internal("rank " + std::to_string(r) + " sent a value of " +
+                              std::to_string(agreement_.payloadBytes(r)) + " bytes");
+    }
+    std::memcpy(&values[r], agreement_.payload(r), sizeof(AgreedValue));
+  }
+  DETCOLL_RETURN_IF_ERROR(compareValues(what, values, describe));
+  if (all != nullptr) *all = std::move(values);
+  return Status::ok();
+}
+
 }  // namespace detcoll::collective

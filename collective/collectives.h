@@ -5,11 +5,14 @@
 // rank and leaves the output buffers untouched.
 
 #include <cstddef>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "collective/call_agreement.h"
 #include "collective/communicator.h"
 #include "collective/ordered_allreduce.h"
+#include "collective/value_agreement.h"
 
 namespace detcoll::collective {
 
@@ -38,6 +41,13 @@ class Collectives {
                    const Status& precheck = Status::ok());
   // Agrees on a status (init): every rank fails if one does; the mode must match too.
   Status agreeOnInit(Mode mode, const Status& local);
+  // Agrees on a value every rank holds (compareValues of value_agreement.h), as a call of `kind`
+  // checked like any other: a local failure fails every rank, a rank making another call gives
+  // a mismatch. On success *all (if given) holds every rank's value.
+  Status agreeOnValue(CallKind kind, const std::string& what, const Status& local,
+                      const AgreedValue& mine,
+                      const std::function<std::string(const AgreedValue&)>& describe,
+                      std::vector<AgreedValue>* all = nullptr);
 
  private:
   Status reduce(Mode mode, const void* const* leaves, int nleaves, void* recv, size_t count,

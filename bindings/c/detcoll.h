@@ -136,8 +136,9 @@ typedef struct {
 } detcoll_rng_key_t;
 
 /* The root seed. detcoll_init takes DETCOLL_SEED (which must then be the same on every rank) or
- * draws one on rank 0, and broadcasts it; detcoll_rng_seed sets another (collective: every rank
- * must pass the same seed, else DETCOLL_ERR_MISMATCH on every rank and nothing changes). */
+ * draws one on rank 0, and broadcasts it; detcoll_rng_seed sets another and keeps the counters
+ * (collective: every rank must pass the same seed, else DETCOLL_ERR_MISMATCH on every rank and
+ * nothing changes). */
 DETCOLL_API detcoll_status_t detcoll_rng_seed(uint64_t seed);
 DETCOLL_API detcoll_status_t detcoll_rng_get_seed(uint64_t* seed);
 /* The root key of the agreed seed, = detcoll_rng_key_from_seed(seed). */
@@ -166,8 +167,9 @@ DETCOLL_API detcoll_status_t detcoll_rng_derive_checked(const detcoll_rng_key_t*
 /* Fills: out[j] = element (offset + j) of the key's stream, j < count (offset + count below
  * 2^64). Uniform in [0, 1) and normal (Box-Muller) fill float32 or float64; bernoulli writes 0 or
  * 1 (1 with probability ceil(p 2^32) / 2^32) in any dtype; randint fills int32 (n <= 2^31) or
- * int64 (n <= 2^63) with values in [0, n), no modulo bias, elements below 2^48. The formulas
- * are in the README. In a CUDA build, device memory is filled on the device (same bits), on the
+ * int64 (n <= 2^63) with values in [0, n), no modulo bias, elements below 2^48. out must be
+ * aligned to the dtype; normal values beyond its range are +-inf. The formulas are in the
+ * README. In a CUDA build, device memory is filled on the device (same bits), on the
  * default stream, before the call returns. Need no init. */
 DETCOLL_API detcoll_status_t detcoll_rng_uniform(const detcoll_rng_key_t* key, uint64_t offset,
                                                  void* out, size_t count, detcoll_dtype_t dtype);

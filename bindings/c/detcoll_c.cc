@@ -53,7 +53,8 @@ Status notInitialized(const char* call) {
   return Status::notInitialized(std::string(call) + " called before detcoll_init");
 }
 
-bool isDeviceMemory(const void* pointer) {
+Status locateMemory(const void* pointer, int* device) {
+  *device = -1;
 #if DETCOLL_WITH_CUDA
   static const bool haveDevice = [] {
     int devices = 0;
@@ -61,16 +62,19 @@ bool isDeviceMemory(const void* pointer) {
     (void)cudaGetLastError();
     return found;
   }();
-  if (!haveDevice || pointer == nullptr) return false;
+  if (!haveDevice || pointer == nullptr) return Status::ok();
   cudaPointerAttributes attributes{};
-  const bool device = cudaPointerGetAttributes(&attributes, pointer) == cudaSuccess &&
-                      attributes.type == cudaMemoryTypeDevice;
-  (void)cudaGetLastError();
-  return device;
+  const cudaError_t rc = cudaPointerGetAttributes(&attributes, pointer);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();  // this query's own error, not one for the caller to find later
+    return Status::backend(std::string("cannot tell whether a buffer is host or device memory: ") +
+                           cudaGetErrorString(rc));
+  }
+  if (attributes.type == cudaMemoryTypeDevice) *device = attributes.device;
 #else
   (void)pointer;
-  return false;
 #endif
+  return Status::ok();
 }
 
 namespace {
@@ -82,7 +86,9 @@ Mode currentMode() {
 
 // Device memory needs the GPU data path, which this version's collectives do not have.
 Status checkHostMemory(const void* pointer, const char* what) {
-  if (isDeviceMemory(pointer)) {
+  int device = -1;
+  DETCOLL_RETURN_IF_ERROR(locateMemory(pointer, &device));
+  if (device >= 0) {
     return Status::invalidArgument(std::string(what) +
                                    " is device memory; this version reduces host memory only");
   }

@@ -41,9 +41,16 @@ std::string seedText(const collective::AgreedValue& v) {
   return v.present ? std::to_string(v.words[0]) : "unset";
 }
 
-uint64_t drawSeed() {
-  std::random_device device;
-  return static_cast<uint64_t>(device()) << 32 | device();
+// A seed from the system's entropy source; std::random_device may throw where there is none.
+Status drawSeed(uint64_t* seed) {
+  try {
+    std::random_device device;
+    *seed = static_cast<uint64_t>(device()) << 32 | device();
+    return Status::ok();
+  } catch (const std::exception& e) {
+    return Status::backend(std::string("cannot draw a root seed (") + e.what() +
+                           "); set DETCOLL_SEED");
+  }
 }
 
 Status nullArgument(const char* call, const char* what) {
@@ -56,18 +63,28 @@ detcoll_status_t fill(const char* call, const detcoll_rng_key_t* key, rng::FillS
   spec.type = static_cast<DataType>(dtype);
   Status status = rng::checkFill(call, spec, offset, count, out);
   if (!status.isOk()) return finish(status);
-  if (isDeviceMemory(out)) {
+  int device = -1;
+  status = locateMemory(out, &device);
+  if (!status.isOk())
+    return finish(Status(status.code(), std::string(call) + ": " + status.message()));
 #if DETCOLL_WITH_CUDA
-    status = rng::fillDevice(toKey(*key), spec, offset, count, out, nullptr);
-    if (status.isOk()) {
-      const cudaError_t error = cudaStreamSynchronize(nullptr);
-      if (error != cudaSuccess) {
-        status = Status::backend(std::string(call) + ": " + cudaGetErrorString(error));
-      }
+  if (device >= 0) {
+    // On the buffer's own device, on its legacy default stream; the caller's device is restored.
+    int current = 0;
+    cudaGetDevice(&current);
+    cudaError_t error = cudaSetDevice(device);
+    if (error == cudaSuccess) {
+      status = rng::fillDevice(toKey(*key), spec, offset, count, out, nullptr);
+      if (status.isOk()) error = cudaStreamSynchronize(nullptr);
+      cudaSetDevice(current);
     }
+    if (status.isOk() && error != cudaSuccess) {
+      status = Status::backend(std::string("CUDA: ") + cudaGetErrorString(error));
+    }
+    if (!status.isOk()) status = Status(status.code(), std::string(call) + ": " + status.message());
     return finish(status);
-#endif
   }
+#endif
   status = rng::fillHost(toKey(*key), spec, offset, count, out);
   if (!status.isOk()) status = Status(status.code(), std::string(call) + ": " + status.message());
   return finish(status);
@@ -90,12 +107,14 @@ Status initializeRandomState(Runtime& runtime) {
   collective::AgreedValue mine;
   mine.present = runtime.config.seedSet;
   mine.words[0] = runtime.config.seed;
-  DETCOLL_RETURN_IF_ERROR(
-      collective::agreeOnValue(*runtime.comm, "DETCOLL_SEED", Status::ok(), mine, seedText));
+  DETCOLL_RETURN_IF_ERROR(runtime.collectives->agreeOnValue(
+      collective::CallKind::kSeed, "DETCOLL_SEED", Status::ok(), mine, seedText));
   uint64_t seed = runtime.config.seed;
   if (!runtime.config.seedSet) {
-    if (runtime.comm->rank() == 0) seed = drawSeed();
-    DETCOLL_RETURN_IF_ERROR(runtime.comm->broadcast(&seed, sizeof seed, 0));
+    // Rank 0 draws; a failure to draw fails init on every rank.
+    const Status drawn = runtime.comm->rank() == 0 ? drawSeed(&seed) : Status::ok();
+    DETCOLL_RETURN_IF_ERROR(
+        runtime.collectives->broadcast(&seed, 1, DETCOLL_INT64, 0, "detcoll.root_seed", drawn));
     DETCOLL_LOG(kInfo) << "root seed " << seed << " drawn on rank 0; DETCOLL_SEED=" << seed
                        << " repeats it";
   }
@@ -122,8 +141,8 @@ detcoll_status_t detcoll_rng_seed(uint64_t seed) {
   collective::AgreedValue mine;
   mine.present = true;
   mine.words[0] = seed;
-  Status status = collective::agreeOnValue(*g_runtime->comm, "detcoll_rng_seed: the seed",
-                                           Status::ok(), mine, seedText);
+  Status status = g_runtime->collectives->agreeOnValue(
+      collective::CallKind::kSeed, "detcoll_rng_seed: the seed", Status::ok(), mine, seedText);
   if (status.isOk()) {
     std::lock_guard<std::mutex> state(g_runtime->rngMutex);
     rng::SeedState next(seed);
@@ -281,8 +300,8 @@ detcoll_status_t detcoll_rng_state_restore(const void* buf, size_t size) {
     std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(v.words[1]));
     return "seed " + std::to_string(v.words[0]) + " (state hash " + hash + ")";
   };
-  Status status = collective::agreeOnValue(*g_runtime->comm, "the restored random state", local,
-                                           mine, describe);
+  Status status = g_runtime->collectives->agreeOnValue(
+      collective::CallKind::kRestoreState, "the restored random state", local, mine, describe);
   if (status.isOk()) {
     std::lock_guard<std::mutex> state(g_runtime->rngMutex);
     g_runtime->rng = std::move(restored);

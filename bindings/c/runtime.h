@@ -51,7 +51,8 @@ Status notInitialized(const char* call);
 // The root seed at init: DETCOLL_SEED (the same on every rank) or a value drawn on rank 0,
 // agreed by every rank; the counters start empty. Collective.
 Status initializeRandomState(Runtime& runtime);
-// True for device memory in a CUDA build with a device; false otherwise.
-bool isDeviceMemory(const void* pointer);
+// *device = the CUDA device holding `pointer`, or -1 for host memory (always -1 in a build
+// without CUDA or on a machine without a GPU). An error when CUDA cannot tell.
+Status locateMemory(const void* pointer, int* device);
 
 }  // namespace detcoll::capi

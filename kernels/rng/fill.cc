@@ -222,6 +222,11 @@ Status checkFill(const char* what, const FillSpec& spec, uint64_t offset, size_t
     }
   }
   if (count > 0 && out == nullptr) return Status::invalidArgument(prefix + "out is null");
+  const size_t width = dataTypeSize(spec.type);
+  if (count > 0 && reinterpret_cast<uintptr_t>(out) % width != 0) {
+    return Status::invalidArgument(prefix + "out is not aligned to its dtype (" + dtype + ", " +
+                                   std::to_string(width) + " bytes)");
+  }
   if (count > UINT64_MAX - offset) {
     return Status::invalidArgument(prefix + "offset + count must stay below 2^64");
   }

@@ -30,7 +30,8 @@ struct FillSpec {
 
 // The checks every fill makes: the dtype the distribution supports (uniform and normal: float32,
 // float64; bernoulli: any, writing 0 or 1; randint: int32 with n <= 2^31, int64 with n <= 2^63),
-// finite parameters, p in [0, 1], n >= 1, out non-null when count > 0, and the element range
+// finite parameters, p in [0, 1], n >= 1, out non-null and aligned to the dtype when count > 0,
+// and the element range
 // inside the stream (offset + count below 2^64, at most 2^48 for randint). `what` starts the
 // message.
 Status checkFill(const char* what, const FillSpec& spec, uint64_t offset, size_t count,

@@ -25,8 +25,10 @@ namespace {
 
 constexpr int kSteps = 3;
 constexpr int kSamples = 64;
-constexpr size_t kUniform = 257, kNormal = 129, kMask = 96, kCrops = 5;
-constexpr size_t kRowBytes = kUniform * 4 + kNormal * 8 + 2 * kMask * 4 + kCrops * 8;
+// Counts that end inside Philox blocks; 8-byte values first, so every field is aligned.
+constexpr size_t kUniform = 258, kNormal = 129, kMask = 96, kCrops = 5;
+constexpr size_t kRowBytes = kNormal * 8 + kCrops * 8 + kUniform * 4 + 2 * kMask * 4;
+static_assert(kRowBytes % 8 == 0, "rows must keep 8-byte values aligned");
 
 bool check(detcoll_status_t status, const char* what) {
   if (status == DETCOLL_SUCCESS) return true;
@@ -47,16 +49,18 @@ bool drawSample(const detcoll_rng_key_t& root, uint64_t step, uint64_t sample, u
   const detcoll_rng_key_t augment = derive(key, "augment", {});
   const detcoll_rng_key_t noise = derive(key, "noise", {});
   const detcoll_rng_key_t crop = derive(key, "crop", {});
-  bool ok = check(detcoll_rng_uniform(&augment, 0, row, kUniform, DETCOLL_FLOAT32), "uniform");
-  row += kUniform * 4;
-  ok &= check(detcoll_rng_normal(&noise, 0, row, kNormal, DETCOLL_FLOAT64, 0.25, 3.0), "normal");
+  bool ok =
+      check(detcoll_rng_normal(&noise, 0, row, kNormal, DETCOLL_FLOAT64, 0.25, 3.0), "normal");
   row += kNormal * 8;
+  ok &= check(detcoll_rng_randint(&crop, 0, row, kCrops, DETCOLL_INT64, 224 - 192 + 1), "randint");
+  row += kCrops * 8;
+  ok &= check(detcoll_rng_uniform(&augment, 0, row, kUniform, DETCOLL_FLOAT32), "uniform");
+  row += kUniform * 4;
   for (uint64_t layer = 0; layer < 2; ++layer) {
     const detcoll_rng_key_t mask = derive(key, "dropout", {layer});
     ok &= check(detcoll_rng_bernoulli(&mask, 0, row, kMask, DETCOLL_FLOAT32, 0.1), "bernoulli");
     row += kMask * 4;
   }
-  ok &= check(detcoll_rng_randint(&crop, 0, row, kCrops, DETCOLL_INT64, 224 - 192 + 1), "randint");
   return ok;
 }
 

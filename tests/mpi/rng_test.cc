@@ -65,6 +65,29 @@ TEST_F(RngStateTest, SeedsThatDifferFailOnEveryRankAndChangeNothing) {
   EXPECT_EQ(currentSeed(), seed_);
 }
 
+TEST_F(RngStateTest, RanksOutOfStepAreToldSoInsteadOfHanging) {
+  if (worldSize() < 2) GTEST_SKIP() << "ranks can only be out of step at np >= 2";
+  // Rank 0 sets a seed while the others broadcast, then rank 0 restores while the others seed.
+  double value = 1.25;
+  const detcoll_status_t first = worldRank() == 0
+                                     ? detcoll_rng_seed(seed_)
+                                     : detcoll_broadcast(&value, 1, DETCOLL_FLOAT64, 0, "x");
+  EXPECT_EQ(first, DETCOLL_ERR_MISMATCH);
+  std::string message = detcoll_last_error();
+  EXPECT_NE(message.find("ranks are making different calls"), std::string::npos) << message;
+  EXPECT_NE(message.find("seed agreement"), std::string::npos) << message;
+  EXPECT_EQ(value, 1.25) << "a refused broadcast wrote its buffer";
+
+  const std::vector<uint8_t> state = saveState();
+  const detcoll_status_t second = worldRank() == 0
+                                      ? detcoll_rng_state_restore(state.data(), state.size())
+                                      : detcoll_rng_seed(seed_);
+  EXPECT_EQ(second, DETCOLL_ERR_MISMATCH);
+  message = detcoll_last_error();
+  EXPECT_NE(message.find("random state restore"), std::string::npos) << message;
+  EXPECT_EQ(currentSeed(), seed_);
+}
+
 TEST_F(RngStateTest, AnAgreedSeedReplacesTheRootKeyAndKeepsCounters) {
   ASSERT_EQ(detcoll_rng_counter_set("epoch", 7), DETCOLL_SUCCESS);
   ASSERT_EQ(detcoll_rng_seed(0x0123456789abcdefull), DETCOLL_SUCCESS) << detcoll_last_error();

@@ -506,6 +506,24 @@ TEST(RngFillTest, BadArgumentsAreRejectedAndWriteNothing) {
   }
 }
 
+TEST(RngFillTest, OutputNotAlignedToItsDtypeIsRejected) {
+  alignas(8) uint8_t out[72];
+  std::memset(out, 0xa5, sizeof out);
+  for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kInt64}) {
+    FillSpec spec =
+        makeSpec(t == DataType::kInt64 ? Distribution::kRandint : Distribution::kUniform, t);
+    spec.n = 10;
+    for (size_t shift = 1; shift < dataTypeSize(t); ++shift) {
+      const Status status = fillHost(kKey, spec, 0, 4, out + shift);
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << dataTypeName(t) << " +" << shift;
+      EXPECT_NE(status.message().find("not aligned"), std::string::npos) << status.message();
+    }
+    EXPECT_TRUE(fillHost(kKey, spec, 0, 4, out + dataTypeSize(t)).isOk()) << dataTypeName(t);
+    std::memset(out, 0xa5, sizeof out);
+  }
+  for (size_t i = 0; i < sizeof out; ++i) ASSERT_EQ(out[i], 0xa5) << "a rejected fill wrote";
+}
+
 TEST(RngFillTest, EdgeArgumentsThatAreValid) {
   FillSpec spec = makeSpec(Distribution::kRandint, DataType::kInt64);
   spec.n = 5;

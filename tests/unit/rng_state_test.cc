@@ -64,6 +64,21 @@ TEST(RngStateTest, CountersStartAtZeroAndNextAdvancesThem) {
   EXPECT_NE(SeedState(18).rootKey(), state.rootKey());
 }
 
+TEST(RngStateTest, ACounterAtTheTopDoesNotWrap) {
+  SeedState state(1);
+  ASSERT_TRUE(state.setCounter("step", UINT64_MAX - 1).isOk());
+  uint64_t value = 0;
+  ASSERT_TRUE(state.next("step", &value).isOk());
+  EXPECT_EQ(value, UINT64_MAX - 1);
+  value = 7;
+  const Status status = state.next("step", &value);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("'step'"), std::string::npos) << status.message();
+  EXPECT_EQ(value, 7u) << "a refused next wrote its output";
+  ASSERT_TRUE(state.counter("step", &value).isOk());
+  EXPECT_EQ(value, UINT64_MAX);
+}
+
 TEST(RngStateTest, CounterNamesAreOneTo1024Bytes) {
   SeedState state(1);
   ASSERT_TRUE(state.setCounter("kept", 5).isOk());
