@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev libmpfr-dev nlohmann-json3-dev)
+packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev libmpfr-dev nlohmann-json3-dev
+  python3-dev pybind11-dev python3-torch python3-numpy python3-pytest)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

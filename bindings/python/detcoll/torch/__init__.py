@@ -1,0 +1,310 @@
+"""detcoll.torch: Horovod's PyTorch API over detcoll, for torch tensors.
+
+    import detcoll.torch as hvd
+
+works as `import horovod.torch as hvd` does for init, rank/size, allreduce (blocking, in place,
+asynchronous, grouped), broadcast, allgather, broadcast_parameters, broadcast_optimizer_state and
+DistributedOptimizer, with results that are bit-reproducible (DETCOLL_DETERMINISM=ordered, the
+default) or also world-size invariant (invariant). Tensors must be contiguous CPU tensors of
+float32, float64, float16, bfloat16, int32 or int64.
+"""
+
+import io
+import pickle
+
+import torch
+
+import detcoll
+from detcoll import _detcoll
+from detcoll import rng  # noqa: F401  (detcoll.torch.rng)
+
+Sum, Average, Min, Max = 0, 1, 2, 3
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max"}
+
+_DTYPES = {
+    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4,
+    torch.int64: 5,
+}
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "Sum",
+    "Average", "Min", "Max", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "allgather", "allgather_async", "synchronize", "poll",
+    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
+    "DistributedOptimizer", "mpi_threads_supported",
+]
+
+
+def init(comm=None):
+    """Initializes detcoll on MPI_COMM_WORLD (comm must be None)."""
+    if comm is not None:
+        raise detcoll.InvalidArgumentError("detcoll.torch.init: only MPI_COMM_WORLD is supported")
+    _detcoll.init()
+
+
+def shutdown():
+    if is_initialized():
+        _detcoll.finalize()
+
+
+def is_initialized():
+    return _detcoll.size() > 0
+
+
+def rank():
+    return _checked_world(_detcoll.rank(), "rank")
+
+
+def size():
+    return _checked_world(_detcoll.size(), "size")
+
+
+def local_rank():
+    return _checked_world(_detcoll.local_rank(), "local_rank")
+
+
+def local_size():
+    return _checked_world(_detcoll.local_size(), "local_size")
+
+
+def mpi_threads_supported():
+    return True
+
+
+def _checked_world(value, what):
+    if value < 0:
+        raise detcoll.NotInitializedError(f"detcoll.torch.{what}() called before init()")
+    return value
+
+
+def _dtype(tensor, call):
+    if not isinstance(tensor, torch.Tensor):
+        raise detcoll.InvalidArgumentError(f"{call}: expected a torch.Tensor, got {type(tensor)}")
+    if tensor.dtype not in _DTYPES:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: unsupported dtype {tensor.dtype}; detcoll reduces float32, float64, "
+            "float16, bfloat16, int32 and int64")
+    if not tensor.is_contiguous():
+        raise detcoll.InvalidArgumentError(
+            f"{call}: the tensor is not contiguous (shape {tuple(tensor.shape)}, stride "
+            f"{tensor.stride()}); pass tensor.contiguous()")
+    if tensor.device.type != "cpu":
+        raise detcoll.InvalidArgumentError(
+            f"{call}: the tensor is on {tensor.device}; this version reduces CPU tensors only")
+    return _DTYPES[tensor.dtype]
+
+
+def _op(average, op, call):
+    if average is not None and op is not None:
+        raise detcoll.InvalidArgumentError(f"{call}: give average or op, not both")
+    if op is None:
+        op = Sum if average is False else Average
+    if op not in _OP_NAMES:
+        raise detcoll.InvalidArgumentError(f"{call}: unknown op {op!r}; use Sum, Average, Min, Max")
+    return op
+
+
+def _name(name):
+    return "" if name is None else str(name)
+
+
+class _Handle:
+    """An asynchronous request and what it keeps alive until it completes."""
+
+    def __init__(self, request, output, keep, after=None):
+        self.request, self.output, self.keep, self.after = request, output, keep, after
+        self.done = False
+
+
+def _scaled(tensor, factor):
+    if factor != 1.0:
+        tensor.mul_(factor)
+    return tensor
+
+
+# ---- allreduce ----
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0):
+    call = "allreduce_async_"
+    dtype, op = _dtype(tensor, call), _op(average, op, call)
+    _scaled(tensor, prescale_factor)
+    request = _detcoll.allreduce_async(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                                       dtype, op, _name(name))
+    return _Handle(request, tensor, (tensor,),
+                   after=(lambda t: _scaled(t, postscale_factor)))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0):
+    _dtype(tensor, "allreduce_async")
+    return allreduce_async_(tensor.clone(), average, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0):
+    call = "allreduce_"
+    dtype, op = _dtype(tensor, call), _op(average, op, call)
+    _scaled(tensor, prescale_factor)
+    _detcoll.allreduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), dtype, op,
+                       _name(name))
+    return _scaled(tensor, postscale_factor)
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, compression=None):
+    """The reduction of `tensor` over every rank, as a new tensor (Average by default)."""
+    _dtype(tensor, "allreduce")
+    return allreduce_(tensor.clone(), average, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None):
+    call = "grouped_allreduce_async_"
+    tensors = list(tensors)
+    if not tensors:
+        raise detcoll.InvalidArgumentError(f"{call}: no tensors")
+    dtypes = {_dtype(t, call) for t in tensors}
+    if len(dtypes) != 1:
+        raise detcoll.InvalidArgumentError(f"{call}: the tensors of a group share one dtype")
+    op = _op(average, op, call)
+    base = _name(name) or "grouped"
+    names = [f"{base}.{i}" for i in range(len(tensors))] if name is not None else [""] * len(tensors)
+    ptrs = [t.data_ptr() for t in tensors]
+    requests = _detcoll.grouped_allreduce_async(ptrs, ptrs, [t.numel() for t in tensors],
+                                                dtypes.pop(), op, names)
+    return [_Handle(r, t, (t,)) for r, t in zip(requests, tensors)]
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None):
+    return grouped_allreduce_async_([t.clone() for t in tensors], average, name, op)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None):
+    return [synchronize(h) for h in grouped_allreduce_async_(tensors, average, name, op)]
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None):
+    return [synchronize(h) for h in grouped_allreduce_async(tensors, average, name, op)]
+
+
+# ---- broadcast and allgather ----
+
+def broadcast_async_(tensor, root_rank, name=None):
+    dtype = _dtype(tensor, "broadcast_async_")
+    request = _detcoll.broadcast_async(tensor.data_ptr(), tensor.numel(), dtype, int(root_rank),
+                                       _name(name))
+    return _Handle(request, tensor, (tensor,))
+
+
+def broadcast_async(tensor, root_rank, name=None):
+    _dtype(tensor, "broadcast_async")
+    return broadcast_async_(tensor.clone(), root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None):
+    dtype = _dtype(tensor, "broadcast_")
+    _detcoll.broadcast(tensor.data_ptr(), tensor.numel(), dtype, int(root_rank), _name(name))
+    return tensor
+
+
+def broadcast(tensor, root_rank, name=None):
+    _dtype(tensor, "broadcast")
+    return broadcast_(tensor.clone(), root_rank, name)
+
+
+def allgather_async(tensor, name=None):
+    """Concatenation over ranks along dimension 0 (the first dimensions must agree)."""
+    dtype = _dtype(tensor, "allgather_async")
+    out = torch.empty((size() * tensor.shape[0],) + tuple(tensor.shape[1:]) if tensor.dim() else
+                      (size(),), dtype=tensor.dtype)
+    request = _detcoll.allgather_async(tensor.data_ptr(), out.data_ptr(), tensor.numel(), dtype,
+                                       _name(name))
+    return _Handle(request, out, (tensor, out))
+
+
+def allgather(tensor, name=None):
+    """Concatenation over ranks along dimension 0. Ranks may differ in that dimension only."""
+    dtype = _dtype(tensor, "allgather")
+    shape = torch.tensor([tensor.dim()] + list(tensor.shape) + [0] * (8 - tensor.dim()),
+                         dtype=torch.int64)
+    if tensor.dim() > 8:
+        raise detcoll.InvalidArgumentError("allgather: tensors of more than 8 dimensions")
+    shapes = torch.empty((size(), 9), dtype=torch.int64)
+    _detcoll.allgather(shape.data_ptr(), shapes.data_ptr(), 9, 5, _name(name) + ".shapes")
+    dims = shapes[:, 0].tolist()
+    if len(set(dims)) != 1 or dims[0] == 0:
+        raise detcoll.MismatchError(f"allgather: ranks gather tensors of different ranks: {dims}")
+    rows = shapes[:, 1].tolist()
+    if any(shapes[r, 2:1 + dims[0]].tolist() != shapes[0, 2:1 + dims[0]].tolist()
+           for r in range(size())):
+        raise detcoll.MismatchError(
+            "allgather: ranks gather tensors whose shapes differ beyond dimension 0: "
+            f"{[tuple(shapes[r, 1:1 + dims[0]].tolist()) for r in range(size())]}")
+    rest = tuple(tensor.shape[1:])
+    widest = max(rows)
+    padded = torch.zeros((widest,) + rest, dtype=tensor.dtype)
+    padded[:tensor.shape[0]] = tensor
+    gathered = torch.empty((size() * widest,) + rest, dtype=tensor.dtype)
+    _detcoll.allgather(padded.data_ptr(), gathered.data_ptr(), padded.numel(), dtype, _name(name))
+    return torch.cat([gathered[r * widest:r * widest + rows[r]] for r in range(size())])
+
+
+def synchronize(handle):
+    """Waits for an asynchronous request and returns its output tensor."""
+    if not isinstance(handle, _Handle):
+        raise detcoll.InvalidArgumentError("synchronize: not a handle of detcoll.torch")
+    if not handle.done:
+        handle.done = True
+        handle.request.wait()
+        if handle.after is not None:
+            handle.after(handle.output)
+    return handle.output
+
+
+def poll(handle):
+    """True once the request has completed (synchronize still returns its output)."""
+    return handle.done or handle.request.poll()
+
+
+# ---- model and optimizer state ----
+
+def broadcast_parameters(params, root_rank):
+    """Broadcasts a state_dict or an iterable of (name, tensor) from root_rank, in place."""
+    items = sorted(params.items()) if isinstance(params, dict) else list(params)
+    handles = []
+    for name, p in items:
+        tensor = p.data if isinstance(p, torch.nn.Parameter) else p
+        if not isinstance(tensor, torch.Tensor):
+            raise detcoll.InvalidArgumentError(f"broadcast_parameters: {name} is not a tensor")
+        handles.append(broadcast_async_(tensor, root_rank, name="bcast." + str(name)))
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """A picklable object from root_rank on every rank."""
+    data = pickle.dumps(obj) if rank() == root_rank else b""
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    broadcast_(length, root_rank, name=(name or "object") + ".length")
+    buf = torch.zeros(int(length.item()), dtype=torch.uint8)
+    if rank() == root_rank:
+        buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    # Bytes travel as int32 words.
+    words = torch.zeros((buf.numel() + 3) // 4, dtype=torch.int32)
+    words.view(torch.uint8)[:buf.numel()] = buf
+    broadcast_(words, root_rank, name=(name or "object") + ".data")
+    return pickle.loads(words.view(torch.uint8)[:buf.numel()].numpy().tobytes())
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Makes every rank's optimizer state (tensors and hyper-parameters) root_rank's."""
+    state = optimizer.state_dict()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    state = broadcast_object(buffer.getvalue(), root_rank, name="optimizer_state")
+    optimizer.load_state_dict(torch.load(io.BytesIO(state)))
+
+
+from detcoll.torch.optimizer import DistributedOptimizer  # noqa: E402

@@ -1,0 +1,162 @@
+"""DistributedOptimizer: Horovod's wrapper, with gradients reduced by detcoll.
+
+Ordered and native mode: each gradient is allreduced as soon as backward has accumulated it
+(a hook on its accumulator), through the fusion engine, after every backward_passes_per_step
+passes; step() waits for them. Invariant mode: each backward pass's gradient is one leaf. A hook
+takes the pass's gradient before the framework accumulates it and leaves zeros behind, so float
+accumulation never mixes leaves; step() reduces every leaf of every rank exactly. With V
+micro-batches per step spread over P ranks (backward_passes_per_step = V / P), the summed
+gradient is then the same for every P that divides V. op=Average keeps Horovod's meaning: the
+sum divided by the world size.
+"""
+
+import contextlib
+
+import torch
+
+import detcoll
+from detcoll import _detcoll
+
+
+class _DistributedOptimizer:
+    def _detcoll_setup(self, named_parameters, backward_passes_per_step, op):
+        import detcoll.torch as hvd
+
+        self._hvd = hvd
+        if backward_passes_per_step < 1:
+            raise detcoll.InvalidArgumentError("backward_passes_per_step must be at least 1")
+        if op not in (hvd.Sum, hvd.Average):
+            raise detcoll.InvalidArgumentError("DistributedOptimizer reduces with Sum or Average")
+        params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = {id(p): n for n, p in named}
+            if len(names) != len(named) or len(set(names.values())) != len(named):
+                raise detcoll.InvalidArgumentError(
+                    "named_parameters has duplicate parameters or names")
+            missing = [i for i, p in enumerate(params) if id(p) not in names]
+            if missing:
+                raise detcoll.InvalidArgumentError(
+                    f"named_parameters does not name {len(missing)} parameter(s) of the optimizer")
+        else:
+            names = {id(p): f"param.{i}" for i, p in enumerate(params)}
+        self._params = [p for p in params if p.requires_grad]
+        self._names = names
+        self._passes = backward_passes_per_step
+        self._op = op
+        self._mode = detcoll.get_mode()
+        self._handles = {}
+        self._delay = {id(p): backward_passes_per_step for p in self._params}
+        self._leaves = {id(p): [] for p in self._params}
+        self._synchronized = False
+        self._hooks = []
+        for p in self._params:
+            if self._mode == "invariant":
+                self._hooks.append(p.register_hook(self._leaf_hook(p)))
+            else:
+                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                accumulator.register_hook(self._accumulated_hook(p))
+                self._hooks.append(accumulator)  # keep it alive
+
+    # Invariant mode: this pass's gradient becomes a leaf; the framework accumulates zeros.
+    def _leaf_hook(self, p):
+        def hook(grad):
+            self._leaves[id(p)].append(grad.detach().clone().contiguous())
+            return torch.zeros_like(grad)
+        return hook
+
+    # Ordered and native mode: allreduce once backward has accumulated the last pass.
+    def _accumulated_hook(self, p):
+        def hook(*ignore):
+            self._delay[id(p)] -= 1
+            if self._delay[id(p)] == 0:
+                self._handles[id(p)] = self._hvd.allreduce_async_(
+                    p.grad, name=self._names[id(p)], op=self._op)
+        return hook
+
+    def synchronize(self):
+        """Completes the reduction of every gradient (step() calls it)."""
+        if self._mode == "invariant":
+            self._reduce_leaves()
+        else:
+            for p in self._params:
+                if id(p) not in self._handles:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    self._handles[id(p)] = self._hvd.allreduce_async_(
+                        p.grad, name=self._names[id(p)], op=self._op)
+            for h in self._handles.values():
+                self._hvd.synchronize(h)
+            self._handles.clear()
+            for p in self._params:
+                self._delay[id(p)] = self._passes
+        self._synchronized = True
+
+    def _reduce_leaves(self):
+        counts = {len(self._leaves[id(p)]) for p in self._params}
+        if len(counts) != 1:
+            raise detcoll.InvalidArgumentError(
+                f"parameters saw different numbers of backward passes: {sorted(counts)}")
+        count = counts.pop()
+        if count == 0:
+            for p in self._params:
+                self._leaves[id(p)] = [torch.zeros_like(p)]
+            count = 1
+        # One exact reduction per dtype over all parameters laid end to end: the invariant
+        # mode's bits do not depend on the layout.
+        by_dtype = {}
+        for p in self._params:
+            by_dtype.setdefault(p.dtype, []).append(p)
+        size = self._hvd.size()
+        for dtype, params in by_dtype.items():
+            leaves = [torch.cat([self._leaves[id(p)][l].reshape(-1) for p in params])
+                      for l in range(count)]
+            out = torch.empty_like(leaves[0])
+            _detcoll.allreduce_leaves([t.data_ptr() for t in leaves], out.data_ptr(), out.numel(),
+                                      self._hvd._DTYPES[dtype], self._hvd.Sum,
+                                      f"detcoll.leaves.{dtype}")
+            if self._op == self._hvd.Average:
+                out.div_(size)
+            at = 0
+            for p in params:
+                n = p.numel()
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.copy_(out[at:at + n].view_as(p))
+                at += n
+        for p in self._params:
+            self._leaves[id(p)] = []
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For a step after an explicit synchronize()."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
+
+    def step(self, closure=None):
+        if not getattr(self, "_skip", False) and not self._synchronized:
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
+                         backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0,
+                         **unused):
+    """Wraps a torch optimizer so that step() uses the gradients reduced over every rank."""
+    import detcoll.torch as hvd
+
+    if op is None:
+        op = hvd.Average
+    if gradient_predivide_factor != 1.0:
+        raise detcoll.InvalidArgumentError("gradient_predivide_factor is not supported")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               {k: v for k, v in _DistributedOptimizer.__dict__.items()
+                if k not in ("__dict__", "__weakref__")})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._detcoll_setup(named_parameters, backward_passes_per_step, op)
+    return wrapped

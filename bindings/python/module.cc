@@ -1,0 +1,262 @@
+// detcoll._detcoll: the C API (bindings/c/detcoll.h) for Python. Buffers travel as addresses
+// (a torch tensor's data_ptr()), so the module needs no framework headers; the Python package
+// (detcoll/, detcoll.torch) checks tensors and keeps them alive. Blocking calls release the GIL.
+// A failed call raises detcoll.Error (a subclass per status) with the library's message.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "detcoll.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// dict: status code -> exception class, set by the package. Never released: a py::object here
+// would be destroyed at exit, after the interpreter.
+PyObject* g_errors = nullptr;
+
+[[noreturn]] void raise(detcoll_status_t status) {
+  const std::string message = detcoll_last_error();
+  py::gil_scoped_acquire gil;
+  PyObject* type = g_errors != nullptr
+                       ? PyDict_GetItem(g_errors, py::int_(static_cast<int>(status)).ptr())
+                       : nullptr;
+  if (type != nullptr) {
+    PyErr_SetString(type, message.c_str());
+  } else {
+    PyErr_SetString(PyExc_RuntimeError, message.c_str());
+  }
+  throw py::error_already_set();
+}
+
+void check(detcoll_status_t status) {
+  if (status != DETCOLL_SUCCESS) raise(status);
+}
+
+// A blocking call, without the GIL.
+template <typename F>
+void blocking(F call) {
+  detcoll_status_t status;
+  {
+    py::gil_scoped_release release;
+    status = call();
+  }
+  check(status);
+}
+
+void* ptr(uintptr_t address) {
+  return reinterpret_cast<void*>(address);
+}
+
+// An asynchronous request. wait() completes and releases it; a request dropped without a wait is
+// waited for (the buffers must not be freed under it).
+class Request {
+ public:
+  explicit Request(detcoll_handle_t handle) : handle_(handle) {}
+  Request(const Request&) = delete;
+  ~Request() {
+    if (handle_ != nullptr) {
+      py::gil_scoped_release release;
+      detcoll_wait(handle_);
+    }
+  }
+  bool poll() {
+    if (handle_ == nullptr) return true;
+    int done = 0;
+    check(detcoll_poll(handle_, &done));
+    return done != 0;
+  }
+  void wait() {
+    if (handle_ == nullptr) throw py::value_error("this request was already waited for");
+    detcoll_handle_t handle = handle_;
+    handle_ = nullptr;
+    blocking([&] { return detcoll_wait(handle); });
+  }
+
+ private:
+  detcoll_handle_t handle_;
+};
+
+detcoll_rng_key_t toKey(const std::vector<uint32_t>& words) {
+  if (words.size() != 4) throw py::value_error("a key has 4 32-bit words");
+  return detcoll_rng_key_t{{words[0], words[1], words[2], words[3]}};
+}
+std::vector<uint32_t> fromKey(const detcoll_rng_key_t& key) {
+  return {key.words[0], key.words[1], key.words[2], key.words[3]};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_detcoll, m) {
+  m.doc() = "detcoll's C API; use the detcoll and detcoll.torch packages";
+  m.def("_set_errors", [](py::dict errors) {
+    Py_XDECREF(g_errors);
+    g_errors = errors.inc_ref().ptr();
+  });
+
+  m.def("init", [] { blocking([] { return detcoll_init(); }); });
+  m.def("finalize", [] { blocking([] { return detcoll_finalize(); }); });
+  m.def("rank", [] { return detcoll_rank(); });
+  m.def("size", [] { return detcoll_size(); });
+  m.def("local_rank", [] { return detcoll_local_rank(); });
+  m.def("local_size", [] { return detcoll_local_size(); });
+  m.def("set_mode", [](int mode) { check(detcoll_set_mode(static_cast<detcoll_mode_t>(mode))); });
+  m.def("get_mode", [] { return static_cast<int>(detcoll_get_mode()); });
+
+  m.def("allreduce", [](uintptr_t send, uintptr_t recv, size_t count, int dtype, int op,
+                        const std::string& name) {
+    blocking([&] {
+      return detcoll_allreduce(ptr(send), ptr(recv), count, static_cast<detcoll_dtype_t>(dtype),
+                               static_cast<detcoll_op_t>(op), name.c_str());
+    });
+  });
+  m.def("allreduce_leaves", [](const std::vector<uintptr_t>& leaves, uintptr_t recv, size_t count,
+                               int dtype, int op, const std::string& name) {
+    std::vector<const void*> pointers;
+    for (uintptr_t leaf : leaves) pointers.push_back(ptr(leaf));
+    blocking([&] {
+      return detcoll_allreduce_leaves(pointers.data(), static_cast<int>(pointers.size()), ptr(recv),
+                                      count, static_cast<detcoll_dtype_t>(dtype),
+                                      static_cast<detcoll_op_t>(op), name.c_str());
+    });
+  });
+  m.def("broadcast", [](uintptr_t buf, size_t count, int dtype, int root, const std::string& name) {
+    blocking([&] {
+      return detcoll_broadcast(ptr(buf), count, static_cast<detcoll_dtype_t>(dtype), root,
+                               name.c_str());
+    });
+  });
+  m.def("allgather",
+        [](uintptr_t send, uintptr_t recv, size_t count, int dtype, const std::string& name) {
+          blocking([&] {
+            return detcoll_allgather(ptr(send), ptr(recv), count,
+                                     static_cast<detcoll_dtype_t>(dtype), name.c_str());
+          });
+        });
+
+  py::class_<Request>(m, "Request").def("poll", &Request::poll).def("wait", &Request::wait);
+  auto enqueued = [](detcoll_status_t status, detcoll_handle_t handle) {
+    check(status);
+    return std::make_unique<Request>(handle);
+  };
+  m.def("allreduce_async", [=](uintptr_t send, uintptr_t recv, size_t count, int dtype, int op,
+                               const std::string& name) {
+    detcoll_handle_t h = nullptr;
+    const detcoll_status_t s =
+        detcoll_allreduce_async(ptr(send), ptr(recv), count, static_cast<detcoll_dtype_t>(dtype),
+                                static_cast<detcoll_op_t>(op), name.c_str(), &h);
+    return enqueued(s, h);
+  });
+  m.def("grouped_allreduce_async", [](const std::vector<uintptr_t>& sends,
+                                      const std::vector<uintptr_t>& recvs,
+                                      const std::vector<size_t>& counts, int dtype, int op,
+                                      const std::vector<std::string>& names) {
+    const size_t n = sends.size();
+    if (recvs.size() != n || counts.size() != n || names.size() != n) {
+      throw py::value_error("grouped_allreduce_async: lists of different lengths");
+    }
+    std::vector<const void*> s;
+    std::vector<void*> r;
+    std::vector<const char*> nm;
+    for (size_t i = 0; i < n; ++i) {
+      s.push_back(ptr(sends[i]));
+      r.push_back(ptr(recvs[i]));
+      nm.push_back(names[i].c_str());
+    }
+    std::vector<detcoll_handle_t> handles(n, nullptr);
+    check(detcoll_grouped_allreduce_async(
+        static_cast<int>(n), s.data(), r.data(), counts.data(), static_cast<detcoll_dtype_t>(dtype),
+        static_cast<detcoll_op_t>(op), nm.data(), handles.data()));
+    std::vector<std::unique_ptr<Request>> requests;
+    for (detcoll_handle_t h : handles) requests.push_back(std::make_unique<Request>(h));
+    return requests;
+  });
+  m.def("broadcast_async",
+        [=](uintptr_t buf, size_t count, int dtype, int root, const std::string& name) {
+          detcoll_handle_t h = nullptr;
+          const detcoll_status_t s = detcoll_broadcast_async(
+              ptr(buf), count, static_cast<detcoll_dtype_t>(dtype), root, name.c_str(), &h);
+          return enqueued(s, h);
+        });
+  m.def("allgather_async",
+        [=](uintptr_t send, uintptr_t recv, size_t count, int dtype, const std::string& name) {
+          detcoll_handle_t h = nullptr;
+          const detcoll_status_t s = detcoll_allgather_async(
+              ptr(send), ptr(recv), count, static_cast<detcoll_dtype_t>(dtype), name.c_str(), &h);
+          return enqueued(s, h);
+        });
+
+  // Seeds and random fills.
+  m.def("rng_seed", [](uint64_t seed) { blocking([&] { return detcoll_rng_seed(seed); }); });
+  m.def("rng_get_seed", [] {
+    uint64_t seed = 0;
+    check(detcoll_rng_get_seed(&seed));
+    return seed;
+  });
+  m.def("rng_root_key", [] {
+    detcoll_rng_key_t key;
+    check(detcoll_rng_root_key(&key));
+    return fromKey(key);
+  });
+  m.def("rng_key_from_seed", [](uint64_t seed) {
+    detcoll_rng_key_t key;
+    check(detcoll_rng_key_from_seed(seed, &key));
+    return fromKey(key);
+  });
+  m.def("rng_derive", [](const std::vector<uint32_t>& parent, const std::string& domain,
+                         const std::vector<uint64_t>& path) {
+    const detcoll_rng_key_t p = toKey(parent);
+    detcoll_rng_key_t child;
+    check(detcoll_rng_derive(&p, domain.c_str(), path.data(), path.size(), &child));
+    return fromKey(child);
+  });
+  m.def("rng_begin_step", [](uint64_t step) { check(detcoll_rng_begin_step(step)); });
+  m.def("rng_derive_checked", [](const std::vector<uint32_t>& parent, const std::string& domain,
+                                 const std::vector<uint64_t>& path, const std::string& purpose) {
+    const detcoll_rng_key_t p = toKey(parent);
+    detcoll_rng_key_t child;
+    check(detcoll_rng_derive_checked(&p, domain.c_str(), path.data(), path.size(), purpose.c_str(),
+                                     &child));
+    return fromKey(child);
+  });
+  m.def("rng_fill", [](const std::string& kind, const std::vector<uint32_t>& key, uint64_t offset,
+                       uintptr_t out, size_t count, int dtype, double a, double b, uint64_t n) {
+    const detcoll_rng_key_t k = toKey(key);
+    const auto t = static_cast<detcoll_dtype_t>(dtype);
+    blocking([&] {
+      if (kind == "uniform") return detcoll_rng_uniform(&k, offset, ptr(out), count, t);
+      if (kind == "normal") return detcoll_rng_normal(&k, offset, ptr(out), count, t, a, b);
+      if (kind == "bernoulli") return detcoll_rng_bernoulli(&k, offset, ptr(out), count, t, a);
+      return detcoll_rng_randint(&k, offset, ptr(out), count, t, n);
+    });
+  });
+  m.def("rng_counter_get", [](const std::string& name) {
+    uint64_t v = 0;
+    check(detcoll_rng_counter_get(name.c_str(), &v));
+    return v;
+  });
+  m.def("rng_counter_set", [](const std::string& name, uint64_t v) {
+    check(detcoll_rng_counter_set(name.c_str(), v));
+  });
+  m.def("rng_counter_next", [](const std::string& name) {
+    uint64_t v = 0;
+    check(detcoll_rng_counter_next(name.c_str(), &v));
+    return v;
+  });
+  m.def("rng_state_save", [] {
+    size_t needed = 0;
+    detcoll_rng_state_save(nullptr, 0, &needed);
+    std::string bytes(needed, '\0');
+    check(detcoll_rng_state_save(bytes.data(), bytes.size(), &needed));
+    return py::bytes(bytes.data(), needed);
+  });
+  m.def("rng_state_restore", [](const py::bytes& state) {
+    const std::string bytes = state;
+    blocking([&] { return detcoll_rng_state_restore(bytes.data(), bytes.size()); });
+  });
+}
