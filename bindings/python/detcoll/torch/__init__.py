@@ -9,6 +9,7 @@ default) or also world-size invariant (invariant). Tensors must be contiguous CP
 float32, float64, float16, bfloat16, int32 or int64.
 """
 
+import atexit
 import io
 import pickle
 
@@ -38,10 +39,11 @@ __all__ = [
 
 
 def init(comm=None):
-    """Initializes detcoll on MPI_COMM_WORLD (comm must be None)."""
+    """Initializes detcoll on MPI_COMM_WORLD (comm must be None); shutdown() runs at exit."""
     if comm is not None:
         raise detcoll.InvalidArgumentError("detcoll.torch.init: only MPI_COMM_WORLD is supported")
     _detcoll.init()
+    atexit.register(shutdown)
 
 
 def shutdown():

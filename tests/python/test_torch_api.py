@@ -1,0 +1,120 @@
+"""detcoll.torch under mpirun: Horovod's API on torch tensors, checked on every rank against
+references computed from every rank's inputs (regenerated locally from per-rank seeds)."""
+
+import zlib
+
+import pytest
+import torch
+
+import detcoll
+import detcoll.torch as hvd
+
+
+@pytest.fixture(scope="module", autouse=True)
+def world():
+    hvd.init()  # shutdown runs at exit
+    yield
+
+
+def inputs(label, count, dtype=torch.float32):
+    """Every rank's input: non-integer values over a wide exponent range, one generator per rank."""
+    out = []
+    for r in range(hvd.size()):
+        g = torch.Generator().manual_seed(zlib.crc32(f"{label}/{r}".encode()))  # same on every rank
+        mantissa = torch.rand(count, generator=g, dtype=torch.float64) + 0.5
+        exponent = torch.randint(-20, 21, (count,), generator=g).to(torch.float64)
+        sign = torch.where(torch.rand(count, generator=g) < 0.5, -1.0, 1.0).to(torch.float64)
+        out.append((sign * mantissa * torch.pow(2.0, exponent)).to(dtype))
+    return out
+
+
+def fold(tensors):
+    """The ordered mode's definition: the left fold in rank order."""
+    acc = tensors[0].clone()
+    for t in tensors[1:]:
+        acc = acc + t
+    return acc
+
+
+def bits(t):
+    return t.contiguous().view(torch.int32 if t.element_size() == 4 else torch.int64)
+
+
+def test_allreduce_is_the_rank_order_fold_bit_for_bit():
+    hvd_inputs = inputs("allreduce", 1001)
+    mine = hvd_inputs[hvd.rank()]
+    total = hvd.allreduce(mine, op=hvd.Sum, name="t.sum")
+    assert torch.equal(bits(total), bits(fold(hvd_inputs)))
+    assert torch.equal(mine, hvd_inputs[hvd.rank()]), "allreduce changed its input"
+    average = hvd.allreduce(mine, name="t.avg")  # Horovod's default: Average
+    assert torch.equal(bits(average), bits(fold(hvd_inputs) / hvd.size()))
+    inplace = mine.clone()
+    assert hvd.allreduce_(inplace, op=hvd.Sum, name="t.inplace") is inplace
+    assert torch.equal(bits(inplace), bits(total))
+
+
+def test_async_and_grouped_requests_give_the_blocking_bits():
+    xs = [inputs(f"async{i}", n)[hvd.rank()] for i, n in enumerate([1, 17, 4099])]
+    blocking = [hvd.allreduce(x, op=hvd.Sum, name=f"b{i}") for i, x in enumerate(xs)]
+    handles = [hvd.allreduce_async(x, op=hvd.Sum, name=f"a{i}") for i, x in enumerate(xs)]
+    assert all(isinstance(hvd.poll(h), bool) for h in handles)
+    for h, b in zip(handles, blocking):
+        assert torch.equal(bits(hvd.synchronize(h)), bits(b))
+    grouped = hvd.grouped_allreduce(xs, op=hvd.Sum, name="g")
+    for g, b in zip(grouped, blocking):
+        assert torch.equal(bits(g), bits(b))
+
+
+def test_broadcast_allgather_and_parameters():
+    t = torch.full((5,), float(hvd.rank()) + 0.25)
+    assert torch.equal(hvd.broadcast(t, root_rank=hvd.size() - 1, name="bc"),
+                       torch.full((5,), hvd.size() - 0.75))
+    rows = torch.full((hvd.rank() + 1, 3), float(hvd.rank()))  # ranks differ in dimension 0
+    gathered = hvd.allgather(rows, name="ag")
+    expected = torch.cat([torch.full((r + 1, 3), float(r)) for r in range(hvd.size())])
+    assert torch.equal(gathered, expected)
+    torch.manual_seed(100 + hvd.rank())
+    model = torch.nn.Linear(4, 3)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    weights = hvd.allgather(model.weight.detach().reshape(1, -1).contiguous(), name="w")
+    assert all(torch.equal(weights[0], weights[r]) for r in range(hvd.size()))
+
+
+def test_optimizer_state_is_broadcast():
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01 * (hvd.rank() + 1))
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+
+
+def test_distributed_optimizer_keeps_replicas_identical():
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                         named_parameters=model.named_parameters())
+    g = torch.Generator().manual_seed(1000 + hvd.rank())  # each rank its own data
+    for _ in range(5):
+        x = torch.randn(32, 8, generator=g)
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).reshape(1, -1)
+    everyone = hvd.allgather(flat.contiguous(), name="replicas")
+    assert all(torch.equal(bits(everyone[0]), bits(everyone[r])) for r in range(hvd.size()))
+
+
+def test_bad_input_raises_a_clear_error():
+    with pytest.raises(detcoll.InvalidArgumentError, match="not contiguous"):
+        hvd.allreduce(torch.zeros(4, 4).t())
+    with pytest.raises(detcoll.InvalidArgumentError, match="unsupported dtype torch.uint8"):
+        hvd.allreduce(torch.zeros(4, dtype=torch.uint8))
+    with pytest.raises(detcoll.InvalidArgumentError, match="unknown op"):
+        hvd.allreduce(torch.zeros(4), op=17)
+    if hvd.size() == 1:
+        return  # nothing can differ between ranks
+    # Every rank passes a different count: every rank learns it, none hangs.
+    with pytest.raises(detcoll.MismatchError, match="element count"):
+        hvd.allreduce(torch.zeros(4 + hvd.rank()), name="mismatch")
+    with pytest.raises(detcoll.MismatchError):
+        hvd.allgather(torch.zeros((2, 2 + hvd.rank())), name="ag.bad")
