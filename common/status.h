@@ -41,6 +41,11 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   // "INVALID_ARGUMENT: message", or "SUCCESS".
   std::string toString() const;
+  // The same failure with "context: " before its message (e.g. the C call that failed); OK stays
+  // OK.
+  Status prefixed(const std::string& context) const {
+    return isOk() ? *this : Status(code_, context + ": " + message_);
+  }
 
  private:
   StatusCode code_ = StatusCode::kSuccess;

@@ -306,7 +306,7 @@ void Engine::run() {
     next = response.partial ? Clock::now() : Clock::now() + cycle;
     if (!exchanged.isOk()) {
       DETCOLL_LOG(kError) << "negotiation failed: " << exchanged.toString();
-      stop(Status(exchanged.code(), "the negotiation failed: " + exchanged.message()));
+      stop(exchanged.prefixed("the negotiation failed"));
       return;
     }
     if (response.shutdown) {

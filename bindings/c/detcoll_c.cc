@@ -219,9 +219,7 @@ detcoll_status_t enqueue(const char* call, size_t n,
   for (size_t i = 0; i < n; ++i) specs.push_back(spec(i));
   std::vector<fusion::RequestPtr> requests;
   const Status status = engine->enqueueGroup(std::move(specs), nullptr, &requests);
-  if (!status.isOk()) {
-    return finish(Status(status.code(), std::string(call) + ": " + status.message()));
-  }
+  if (!status.isOk()) return finish(status.prefixed(call));
   for (size_t i = 0; i < n; ++i) handles[i] = new detcoll_request{requests[i]};
   return DETCOLL_SUCCESS;
 }

@@ -65,8 +65,7 @@ detcoll_status_t fill(const char* call, const detcoll_rng_key_t* key, rng::FillS
   if (!status.isOk()) return finish(status);
   int device = -1;
   status = locateMemory(out, &device);
-  if (!status.isOk())
-    return finish(Status(status.code(), std::string(call) + ": " + status.message()));
+  if (!status.isOk()) return finish(status.prefixed(call));
 #if DETCOLL_WITH_CUDA
   if (device >= 0) {
     // On the buffer's own device, on its legacy default stream; the caller's device is restored.
@@ -81,13 +80,10 @@ detcoll_status_t fill(const char* call, const detcoll_rng_key_t* key, rng::FillS
     if (status.isOk() && error != cudaSuccess) {
       status = Status::backend(std::string("CUDA: ") + cudaGetErrorString(error));
     }
-    if (!status.isOk()) status = Status(status.code(), std::string(call) + ": " + status.message());
-    return finish(status);
+    return finish(status.prefixed(call));
   }
 #endif
-  status = rng::fillHost(toKey(*key), spec, offset, count, out);
-  if (!status.isOk()) status = Status(status.code(), std::string(call) + ": " + status.message());
-  return finish(status);
+  return finish(rng::fillHost(toKey(*key), spec, offset, count, out).prefixed(call));
 }
 
 // Runs `body` on the runtime's random state, under its lock; NOT_INITIALIZED before init.
@@ -96,9 +92,7 @@ detcoll_status_t withState(const char* call, Body body) {
   std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
   if (!g_runtime) return finish(notInitialized(call));
   std::lock_guard<std::mutex> state(g_runtime->rngMutex);
-  Status status = body(g_runtime->rng);
-  if (!status.isOk()) status = Status(status.code(), std::string(call) + ": " + status.message());
-  return finish(status);
+  return finish(body(g_runtime->rng).prefixed(call));
 }
 
 }  // namespace
@@ -209,8 +203,7 @@ detcoll_status_t detcoll_rng_derive_checked(const detcoll_rng_key_t* parent, con
   if (child == nullptr) return finish(nullArgument(call, "child"));
   rng::Key key;
   const Status status = g_keyRegistry.derive(toKey(*parent), domain, path, path_len, purpose, &key);
-  if (!status.isOk())
-    return finish(Status(status.code(), std::string(call) + ": " + status.message()));
+  if (!status.isOk()) return finish(status.prefixed(call));
   *child = fromKey(key);
   return DETCOLL_SUCCESS;
 }
@@ -306,7 +299,7 @@ detcoll_status_t detcoll_rng_state_restore(const void* buf, size_t size) {
     std::lock_guard<std::mutex> state(g_runtime->rngMutex);
     g_runtime->rng = std::move(restored);
   } else {
-    status = Status(status.code(), "detcoll_rng_state_restore: " + status.message());
+    status = status.prefixed("detcoll_rng_state_restore");
   }
   return finish(status);
 }

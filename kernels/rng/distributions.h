@@ -123,20 +123,29 @@ DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE uint64_t mulHigh64(uint64_t a, uint64_t
 #endif
 }
 
+// Lemire's multiply with rejection: x * n = hi 2^64 + lo; an attempt is rejected when lo is below
+// (2^64 - n) mod n, which leaves every value of [0, n) the same number of x.
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE uint64_t lemireRejectBelow(uint64_t n) {
+  return (0 - n) % n;
+}
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE bool lemireAccept(uint64_t x, uint64_t n,
+                                                           uint64_t rejectBelow, uint64_t* value) {
+  *value = mulHigh64(x, n);
+  return x * n >= rejectBelow;
+}
+
 // Element i (< 2^48) of randint(n), 1 <= n <= 2^63.
 DETCOLL_HOST_DEVICE inline uint64_t randint(const Key& key, uint64_t i, uint64_t n) {
-  const uint64_t reject = (0 - n) % n;  // (2^64 - n) mod n
-  uint64_t high = 0;
+  const uint64_t reject = lemireRejectBelow(n);
+  uint64_t value = 0;
   for (uint64_t attempt = 0; attempt < kRandintMaxAttempts; attempt += 2) {
     const Block b = streamBlock(key, i + (attempt >> 1) * kRandintIndexLimit);
-    for (int pair = 0; pair < 2; ++pair) {
-      const uint64_t x = wordPair(b, pair);
-      const uint64_t low = x * n;
-      high = mulHigh64(x, n);
-      if (low >= reject) return high;
+    if (lemireAccept(wordPair(b, 0), n, reject, &value) ||
+        lemireAccept(wordPair(b, 1), n, reject, &value)) {
+      return value;
     }
   }
-  return high;
+  return value;
 }
 
 }  // namespace detcoll::kernels::rng

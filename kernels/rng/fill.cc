@@ -58,7 +58,7 @@ void fillBernoulli(const Key& key, uint64_t offset, size_t count, T* out, uint64
 template <typename T>
 void fillRandint(const Key& key, uint64_t offset, size_t count, T* out, uint64_t n) {
   uint32_t words[4 * kChunkBlocks];
-  const uint64_t reject = (0 - n) % n;
+  const uint64_t reject = lemireRejectBelow(n);
   for (size_t begin = 0; begin < count; begin += kChunkBlocks) {
     const size_t m = std::min(kChunkBlocks, count - begin);
     streamBlocks(key, offset + begin, m, words);
@@ -68,11 +68,7 @@ void fillRandint(const Key& key, uint64_t offset, size_t count, T* out, uint64_t
       const uint64_t x1 =
           static_cast<uint64_t>(words[4 * j + 2]) | static_cast<uint64_t>(words[4 * j + 3]) << 32;
       uint64_t value;
-      if (x0 * n >= reject) {
-        value = mulHigh64(x0, n);
-      } else if (x1 * n >= reject) {
-        value = mulHigh64(x1, n);
-      } else {
+      if (!lemireAccept(x0, n, reject, &value) && !lemireAccept(x1, n, reject, &value)) {
         value = randint(key, offset + begin + j, n);
       }
       out[begin + j] = static_cast<T>(value);
@@ -174,62 +170,58 @@ std::string distributionName(Distribution distribution) {
 
 Status checkFill(const char* what, const FillSpec& spec, uint64_t offset, size_t count,
                  const void* out) {
-  const std::string prefix = std::string(what) + ": ";
-  const std::string name = distributionName(spec.distribution);
-  if (name.rfind("distribution(", 0) == 0) {
-    return Status::invalidArgument(prefix + "unknown " + name);
+  // Runs on every fill, tiny ones included: messages are built only on failure.
+  auto fail = [what](const std::string& why) {
+    return Status::invalidArgument(std::string(what) + ": " + why);
+  };
+  const int distribution = static_cast<int>(spec.distribution);
+  if (distribution < 0 || distribution > static_cast<int>(Distribution::kRandint)) {
+    return fail("unknown " + distributionName(spec.distribution));
   }
   if (!isValidDataType(static_cast<int>(spec.type))) {
-    return Status::invalidArgument(prefix + "unknown dtype " +
-                                   std::to_string(static_cast<int>(spec.type)));
+    return fail("unknown dtype " + std::to_string(static_cast<int>(spec.type)));
   }
-  const std::string dtype = dataTypeName(spec.type);
   const bool floating = spec.type == DataType::kFloat32 || spec.type == DataType::kFloat64;
   switch (spec.distribution) {
     case Distribution::kUniform:
     case Distribution::kNormal:
       if (!floating) {
-        return Status::invalidArgument(prefix + name + " fills float32 or float64, not " + dtype);
+        return fail(distributionName(spec.distribution) + " fills float32 or float64, not " +
+                    dataTypeName(spec.type));
       }
       if (spec.distribution == Distribution::kNormal &&
           !(std::isfinite(spec.mean) && std::isfinite(spec.stddev) && spec.stddev >= 0)) {
-        return Status::invalidArgument(prefix +
-                                       "normal needs a finite mean and a finite stddev >= 0");
+        return fail("normal needs a finite mean and a finite stddev >= 0");
       }
       break;
     case Distribution::kBernoulli:
       if (!(spec.p >= 0.0 && spec.p <= 1.0)) {
-        return Status::invalidArgument(prefix + "bernoulli probability " + std::to_string(spec.p) +
-                                       " is not in [0, 1]");
+        return fail("bernoulli probability " + std::to_string(spec.p) + " is not in [0, 1]");
       }
       break;
     case Distribution::kRandint: {
       if (spec.type != DataType::kInt32 && spec.type != DataType::kInt64) {
-        return Status::invalidArgument(prefix + "randint fills int32 or int64, not " + dtype);
+        return fail("randint fills int32 or int64, not " + dataTypeName(spec.type));
       }
       const uint64_t limit = spec.type == DataType::kInt32 ? uint64_t{1} << 31 : uint64_t{1} << 63;
       if (spec.n < 1 || spec.n > limit) {
-        return Status::invalidArgument(prefix + "randint range n = " + std::to_string(spec.n) +
-                                       " must be in [1, " + std::to_string(limit) + "] for " +
-                                       dtype);
+        return fail("randint range n = " + std::to_string(spec.n) + " must be in [1, " +
+                    std::to_string(limit) + "] for " + dataTypeName(spec.type));
       }
       if (offset > kRandintIndexLimit || count > kRandintIndexLimit - offset) {
-        return Status::invalidArgument(prefix + "randint elements must lie below 2^48 (offset " +
-                                       std::to_string(offset) + ", count " + std::to_string(count) +
-                                       ")");
+        return fail("randint elements must lie below 2^48 (offset " + std::to_string(offset) +
+                    ", count " + std::to_string(count) + ")");
       }
       break;
     }
   }
-  if (count > 0 && out == nullptr) return Status::invalidArgument(prefix + "out is null");
+  if (count > 0 && out == nullptr) return fail("out is null");
   const size_t width = dataTypeSize(spec.type);
   if (count > 0 && reinterpret_cast<uintptr_t>(out) % width != 0) {
-    return Status::invalidArgument(prefix + "out is not aligned to its dtype (" + dtype + ", " +
-                                   std::to_string(width) + " bytes)");
+    return fail("out is not aligned to its dtype (" + dataTypeName(spec.type) + ", " +
+                std::to_string(width) + " bytes)");
   }
-  if (count > UINT64_MAX - offset) {
-    return Status::invalidArgument(prefix + "offset + count must stay below 2^64");
-  }
+  if (count > UINT64_MAX - offset) return fail("offset + count must stay below 2^64");
   return Status::ok();
 }
 
