@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "detcoll.h"
@@ -88,6 +89,30 @@ detcoll_rng_key_t toKey(const std::vector<uint32_t>& words) {
 }
 std::vector<uint32_t> fromKey(const detcoll_rng_key_t& key) {
   return {key.words[0], key.words[1], key.words[2], key.words[3]};
+}
+
+size_t elementSize(int dtype) {
+  switch (dtype) {
+    case DETCOLL_FLOAT16:
+    case DETCOLL_BFLOAT16:
+      return 2;
+    case DETCOLL_FLOAT64:
+    case DETCOLL_INT64:
+      return 8;
+    default:
+      return 4;
+  }
+}
+
+// One of the C API's fills, by name: a and b are the parameters (mean and stddev, or p), n the
+// bound of randint.
+detcoll_status_t fill(const std::string& kind, const detcoll_rng_key_t& key, uint64_t offset,
+                      void* out, size_t count, detcoll_dtype_t dtype, double a, double b,
+                      uint64_t n) {
+  if (kind == "uniform") return detcoll_rng_uniform(&key, offset, out, count, dtype);
+  if (kind == "normal") return detcoll_rng_normal(&key, offset, out, count, dtype, a, b);
+  if (kind == "bernoulli") return detcoll_rng_bernoulli(&key, offset, out, count, dtype, a);
+  return detcoll_rng_randint(&key, offset, out, count, dtype, n);
 }
 
 }  // namespace
@@ -228,11 +253,41 @@ PYBIND11_MODULE(_detcoll, m) {
                        uintptr_t out, size_t count, int dtype, double a, double b, uint64_t n) {
     const detcoll_rng_key_t k = toKey(key);
     const auto t = static_cast<detcoll_dtype_t>(dtype);
+    blocking([&] { return fill(kind, k, offset, ptr(out), count, t, a, b, n); });
+  });
+  // Row r of a row-major [rows, rowLength] buffer from keys[r], offsets 0 to rowLength - 1: one
+  // key per sample (a batch's dropout masks or noise) in one call.
+  m.def("rng_fill_rows",
+        [](const std::string& kind, const std::vector<std::vector<uint32_t>>& keys, uintptr_t out,
+           size_t rowLength, int dtype, double a, double b, uint64_t n) {
+          std::vector<detcoll_rng_key_t> k;
+          k.reserve(keys.size());
+          for (const auto& words : keys) k.push_back(toKey(words));
+          const auto t = static_cast<detcoll_dtype_t>(dtype);
+          const size_t rowBytes = rowLength * elementSize(dtype);
+          blocking([&] {
+            for (size_t r = 0; r < k.size(); ++r) {
+              void* row = static_cast<char*>(ptr(out)) + r * rowBytes;
+              const detcoll_status_t s = fill(kind, k[r], 0, row, rowLength, t, a, b, n);
+              if (s != DETCOLL_SUCCESS) return s;
+            }
+            return DETCOLL_SUCCESS;
+          });
+        });
+  // out[0..n) = a permutation of 0..n-1: Fisher-Yates from the top, position j swapped with
+  // element j of the key's randint(j + 1) stream. A pure function of (key, n).
+  m.def("rng_permutation", [](const std::vector<uint32_t>& key, uintptr_t out, uint64_t n) {
+    const detcoll_rng_key_t k = toKey(key);
+    auto* p = static_cast<int64_t*>(ptr(out));
     blocking([&] {
-      if (kind == "uniform") return detcoll_rng_uniform(&k, offset, ptr(out), count, t);
-      if (kind == "normal") return detcoll_rng_normal(&k, offset, ptr(out), count, t, a, b);
-      if (kind == "bernoulli") return detcoll_rng_bernoulli(&k, offset, ptr(out), count, t, a);
-      return detcoll_rng_randint(&k, offset, ptr(out), count, t, n);
+      for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<int64_t>(i);
+      for (uint64_t j = n; j-- > 1;) {
+        int64_t r = 0;
+        const detcoll_status_t s = detcoll_rng_randint(&k, j, &r, 1, DETCOLL_INT64, j + 1);
+        if (s != DETCOLL_SUCCESS) return s;
+        std::swap(p[j], p[r]);
+      }
+      return DETCOLL_SUCCESS;
     });
   });
   m.def("rng_counter_get", [](const std::string& name) {

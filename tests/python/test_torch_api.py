@@ -118,3 +118,27 @@ def test_bad_input_raises_a_clear_error():
         hvd.allreduce(torch.zeros(4 + hvd.rank()), name="mismatch")
     with pytest.raises(detcoll.MismatchError):
         hvd.allgather(torch.zeros((2, 2 + hvd.rank())), name="ag.bad")
+
+
+def test_gradient_predivide_factor_scales_before_and_after():
+    """Horovod's meaning: Average with factor f sums the gradients scaled by 1/f, then scales
+    the sum by f/size."""
+    torch.manual_seed(3)
+    model = torch.nn.Linear(5, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    before = [p.detach().clone() for p in model.parameters()]
+    x = inputs("predivide", 40)[hvd.rank()].reshape(8, 5)
+    local = torch.autograd.grad(model(x).sum(), list(model.parameters()))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                         named_parameters=model.named_parameters(),
+                                         gradient_predivide_factor=4.0)
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+    for i, (p, b, g) in enumerate(zip(model.parameters(), before, local)):
+        every = hvd.allgather(g.reshape(1, -1).contiguous(), name=f"predivide.{i}")
+        expected = fold([row * 0.25 for row in every]) * (4.0 / hvd.size())
+        assert torch.equal(bits(p.detach()), bits(b.add(expected.view_as(b), alpha=-1.0)))
+    with pytest.raises(detcoll.InvalidArgumentError, match="op=Average only"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), op=hvd.Sum,
+                                 gradient_predivide_factor=2.0)

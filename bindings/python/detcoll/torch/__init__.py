@@ -17,7 +17,8 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
-from detcoll import rng  # noqa: F401  (detcoll.torch.rng)
+from detcoll.torch import rng  # noqa: F401  (keys and torch fills)
+from detcoll.torch.compression import Compression
 
 Sum, Average, Min, Max = 0, 1, 2, 3
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max"}
@@ -34,7 +35,8 @@ __all__ = [
     "grouped_allreduce_async_", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "allgather", "allgather_async", "synchronize", "poll",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "DistributedOptimizer", "mpi_threads_supported",
+    "DistributedOptimizer", "Compression", "mpi_threads_supported", "mpi_enabled", "mpi_built",
+    "gloo_enabled", "gloo_built", "nccl_built", "rng",
 ]
 
 
@@ -75,13 +77,41 @@ def mpi_threads_supported():
     return True
 
 
+def mpi_enabled():
+    return True
+
+
+def mpi_built():
+    return True
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    """0: this version reduces CPU tensors over MPI (Horovod returns the NCCL version or 0)."""
+    return 0
+
+
 def _checked_world(value, what):
     if value < 0:
         raise detcoll.NotInitializedError(f"detcoll.torch.{what}() called before init()")
     return value
 
 
+def _require_init(call):
+    if not is_initialized():
+        raise detcoll.NotInitializedError(
+            f"detcoll.torch.{call}() called before detcoll.torch.init()")
+
+
 def _dtype(tensor, call):
+    _require_init(call)
     if not isinstance(tensor, torch.Tensor):
         raise detcoll.InvalidArgumentError(f"{call}: expected a torch.Tensor, got {type(tensor)}")
     if tensor.dtype not in _DTYPES:
@@ -156,14 +186,20 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, compression=None):
-    """The reduction of `tensor` over every rank, as a new tensor (Average by default)."""
+              postscale_factor=1.0, compression=Compression.none):
+    """The reduction of `tensor` over every rank, as a new tensor (Average by default).
+    compression=Compression.fp16 reduces floating tensors in float16."""
     _dtype(tensor, "allreduce")
-    return allreduce_(tensor.clone(), average, name, op, prescale_factor, postscale_factor)
+    compressed, ctx = compression.compress(tensor)
+    if compressed is tensor:
+        compressed = tensor.clone()
+    reduced = allreduce_(compressed, average, name, op, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None):
     call = "grouped_allreduce_async_"
+    _require_init(call)
     tensors = list(tensors)
     if not tensors:
         raise detcoll.InvalidArgumentError(f"{call}: no tensors")
@@ -172,7 +208,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None):
         raise detcoll.InvalidArgumentError(f"{call}: the tensors of a group share one dtype")
     op = _op(average, op, call)
     base = _name(name) or "grouped"
-    names = [f"{base}.{i}" for i in range(len(tensors))] if name is not None else [""] * len(tensors)
+    names = ([f"{base}.{i}" for i in range(len(tensors))] if name is not None else
+             [""] * len(tensors))
     ptrs = [t.data_ptr() for t in tensors]
     requests = _detcoll.grouped_allreduce_async(ptrs, ptrs, [t.numel() for t in tensors],
                                                 dtypes.pop(), op, names)
@@ -180,14 +217,17 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None):
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None):
+    _require_init("grouped_allreduce_async")
     return grouped_allreduce_async_([t.clone() for t in tensors], average, name, op)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None):
+    _require_init("grouped_allreduce_")
     return [synchronize(h) for h in grouped_allreduce_async_(tensors, average, name, op)]
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None):
+    _require_init("grouped_allreduce")
     return [synchronize(h) for h in grouped_allreduce_async(tensors, average, name, op)]
 
 
@@ -274,6 +314,7 @@ def poll(handle):
 
 def broadcast_parameters(params, root_rank):
     """Broadcasts a state_dict or an iterable of (name, tensor) from root_rank, in place."""
+    _require_init("broadcast_parameters")
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
     handles = []
     for name, p in items:
@@ -287,6 +328,7 @@ def broadcast_parameters(params, root_rank):
 
 def broadcast_object(obj, root_rank=0, name=None):
     """A picklable object from root_rank on every rank."""
+    _require_init("broadcast_object")
     data = pickle.dumps(obj) if rank() == root_rank else b""
     length = torch.tensor([len(data)], dtype=torch.int64)
     broadcast_(length, root_rank, name=(name or "object") + ".length")
@@ -302,6 +344,7 @@ def broadcast_object(obj, root_rank=0, name=None):
 
 def broadcast_optimizer_state(optimizer, root_rank):
     """Makes every rank's optimizer state (tensors and hyper-parameters) root_rank's."""
+    _require_init("broadcast_optimizer_state")
     state = optimizer.state_dict()
     buffer = io.BytesIO()
     torch.save(state, buffer)

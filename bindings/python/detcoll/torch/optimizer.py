@@ -19,7 +19,8 @@ from detcoll import _detcoll
 
 
 class _DistributedOptimizer:
-    def _detcoll_setup(self, named_parameters, backward_passes_per_step, op):
+    def _detcoll_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                       predivide):
         import detcoll.torch as hvd
 
         self._hvd = hvd
@@ -44,10 +45,18 @@ class _DistributedOptimizer:
         self._names = names
         self._passes = backward_passes_per_step
         self._op = op
+        # Horovod's gradient_predivide_factor f: Average becomes a Sum of gradients scaled by
+        # 1/f before and f/size after.
+        self._prescale, self._postscale = 1.0, 1.0
+        if op == hvd.Average and predivide != 1.0:
+            self._op = hvd.Sum
+            self._prescale, self._postscale = 1.0 / predivide, predivide / hvd.size()
+        self._compression = compression
         self._mode = detcoll.get_mode()
         self._handles = {}
         self._delay = {id(p): backward_passes_per_step for p in self._params}
         self._leaves = {id(p): [] for p in self._params}
+        self._contexts = {}  # decompression context per parameter
         self._synchronized = False
         self._hooks = []
         for p in self._params:
@@ -61,7 +70,11 @@ class _DistributedOptimizer:
     # Invariant mode: this pass's gradient becomes a leaf; the framework accumulates zeros.
     def _leaf_hook(self, p):
         def hook(grad):
-            self._leaves[id(p)].append(grad.detach().clone().contiguous())
+            leaf = grad.detach().clone()
+            if self._prescale != 1.0:
+                leaf.mul_(self._prescale)
+            leaf, self._contexts[id(p)] = self._compression.compress(leaf)
+            self._leaves[id(p)].append(leaf.contiguous())
             return torch.zeros_like(grad)
         return hook
 
@@ -70,9 +83,15 @@ class _DistributedOptimizer:
         def hook(*ignore):
             self._delay[id(p)] -= 1
             if self._delay[id(p)] == 0:
-                self._handles[id(p)] = self._hvd.allreduce_async_(
-                    p.grad, name=self._names[id(p)], op=self._op)
+                self._reduce_async(p)
         return hook
+
+    def _reduce_async(self, p):
+        compressed, ctx = self._compression.compress(p.grad)
+        handle = self._hvd.allreduce_async_(compressed, name=self._names[id(p)], op=self._op,
+                                            prescale_factor=self._prescale,
+                                            postscale_factor=self._postscale)
+        self._handles[id(p)] = (handle, compressed, ctx)
 
     def synchronize(self):
         """Completes the reduction of every gradient (step() calls it)."""
@@ -83,10 +102,12 @@ class _DistributedOptimizer:
                 if id(p) not in self._handles:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
-                    self._handles[id(p)] = self._hvd.allreduce_async_(
-                        p.grad, name=self._names[id(p)], op=self._op)
-            for h in self._handles.values():
-                self._hvd.synchronize(h)
+                    self._reduce_async(p)
+            for p in self._params:
+                handle, compressed, ctx = self._handles[id(p)]
+                reduced = self._hvd.synchronize(handle)
+                if compressed is not p.grad:
+                    p.grad.copy_(self._compression.decompress(reduced, ctx))
             self._handles.clear()
             for p in self._params:
                 self._delay[id(p)] = self._passes
@@ -100,13 +121,14 @@ class _DistributedOptimizer:
         count = counts.pop()
         if count == 0:
             for p in self._params:
-                self._leaves[id(p)] = [torch.zeros_like(p)]
+                leaf, self._contexts[id(p)] = self._compression.compress(torch.zeros_like(p))
+                self._leaves[id(p)] = [leaf]
             count = 1
         # One exact reduction per dtype over all parameters laid end to end: the invariant
         # mode's bits do not depend on the layout.
         by_dtype = {}
         for p in self._params:
-            by_dtype.setdefault(p.dtype, []).append(p)
+            by_dtype.setdefault(self._leaves[id(p)][0].dtype, []).append(p)
         size = self._hvd.size()
         for dtype, params in by_dtype.items():
             leaves = [torch.cat([self._leaves[id(p)][l].reshape(-1) for p in params])
@@ -117,12 +139,15 @@ class _DistributedOptimizer:
                                       f"detcoll.leaves.{dtype}")
             if self._op == self._hvd.Average:
                 out.div_(size)
+            elif self._postscale != 1.0:
+                out.mul_(self._postscale)
             at = 0
             for p in params:
                 n = p.numel()
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-                p.grad.copy_(out[at:at + n].view_as(p))
+                p.grad.copy_(self._compression.decompress(out[at:at + n].view_as(p),
+                                                          self._contexts[id(p)]))
                 at += n
         for p in self._params:
             self._leaves[id(p)] = []
@@ -149,14 +174,22 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     """Wraps a torch optimizer so that step() uses the gradients reduced over every rank."""
     import detcoll.torch as hvd
 
+    hvd._require_init("DistributedOptimizer")
     if op is None:
         op = hvd.Average
-    if gradient_predivide_factor != 1.0:
-        raise detcoll.InvalidArgumentError("gradient_predivide_factor is not supported")
+    if compression is None:
+        compression = hvd.Compression.none
+    if op != hvd.Average and gradient_predivide_factor != 1.0:
+        raise detcoll.InvalidArgumentError(
+            "gradient_predivide_factor applies to op=Average only (as in Horovod)")
+    if not gradient_predivide_factor > 0.0:
+        raise detcoll.InvalidArgumentError(
+            f"gradient_predivide_factor must be positive, got {gradient_predivide_factor}")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._detcoll_setup(named_parameters, backward_passes_per_step, op)
+    wrapped._detcoll_setup(named_parameters, compression, backward_passes_per_step, op,
+                           float(gradient_predivide_factor))
     return wrapped
