@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main demo (ResNet-50's gradients).
+# The allreduce demo (ResNet-50's gradients, C++).
 # 1. Layouts, at np 3, run twice: averaged per tensor and fused, native and ordered mode. Ordered
 #    checksums must agree across layouts, ranks and runs.
 # 2. World sizes: 6 micro-batches per step spread over 1, 2 and 3 ranks, ordered and invariant
