@@ -18,15 +18,13 @@ import torch
 import detcoll
 from detcoll import _detcoll
 from detcoll.torch import rng  # noqa: F401  (keys and torch fills)
+from detcoll.torch._tensors import DTYPES, checked_dtype
 from detcoll.torch.compression import Compression
 
 Sum, Average, Min, Max = 0, 1, 2, 3
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max"}
 
-_DTYPES = {
-    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4,
-    torch.int64: 5,
-}
+_DTYPES = DTYPES  # torch dtype -> detcoll_dtype_t
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "Sum",
@@ -112,20 +110,7 @@ def _require_init(call):
 
 def _dtype(tensor, call):
     _require_init(call)
-    if not isinstance(tensor, torch.Tensor):
-        raise detcoll.InvalidArgumentError(f"{call}: expected a torch.Tensor, got {type(tensor)}")
-    if tensor.dtype not in _DTYPES:
-        raise detcoll.InvalidArgumentError(
-            f"{call}: unsupported dtype {tensor.dtype}; detcoll reduces float32, float64, "
-            "float16, bfloat16, int32 and int64")
-    if not tensor.is_contiguous():
-        raise detcoll.InvalidArgumentError(
-            f"{call}: the tensor is not contiguous (shape {tuple(tensor.shape)}, stride "
-            f"{tensor.stride()}); pass tensor.contiguous()")
-    if tensor.device.type != "cpu":
-        raise detcoll.InvalidArgumentError(
-            f"{call}: the tensor is on {tensor.device}; this version reduces CPU tensors only")
-    return _DTYPES[tensor.dtype]
+    return checked_dtype(tensor, call, "reduces")
 
 
 def _op(average, op, call):

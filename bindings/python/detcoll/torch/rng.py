@@ -20,6 +20,7 @@ from detcoll import _detcoll
 from detcoll.rng import (  # noqa: F401  (re-exported)
     Key, begin_step, counter, get_seed, load_state_dict, next_counter, seed, set_counter,
     state_dict)
+from detcoll.torch._tensors import checked_dtype
 
 __all__ = [
     "Key", "begin_step", "seed", "get_seed", "counter", "set_counter", "next_counter",
@@ -28,27 +29,8 @@ __all__ = [
     "current_samples", "Dropout",
 ]
 
-_DTYPES = {
-    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4,
-    torch.int64: 5,
-}
-
-
 def _target(tensor, call):
-    if not isinstance(tensor, torch.Tensor):
-        raise detcoll.InvalidArgumentError(f"{call}: expected a torch.Tensor, got {type(tensor)}")
-    if tensor.dtype not in _DTYPES:
-        raise detcoll.InvalidArgumentError(
-            f"{call}: unsupported dtype {tensor.dtype}; fills write float32, float64, float16, "
-            "bfloat16, int32 or int64 (each distribution says which)")
-    if not tensor.is_contiguous():
-        raise detcoll.InvalidArgumentError(
-            f"{call}: the tensor is not contiguous (shape {tuple(tensor.shape)}, stride "
-            f"{tensor.stride()})")
-    if tensor.device.type != "cpu":
-        raise detcoll.InvalidArgumentError(
-            f"{call}: the tensor is on {tensor.device}; this version fills CPU tensors only")
-    return _DTYPES[tensor.dtype]
+    return checked_dtype(tensor, call, "fills")
 
 
 def _key(key, call):

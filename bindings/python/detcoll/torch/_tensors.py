@@ -1,0 +1,30 @@
+"""The checks every detcoll.torch entry point makes on a tensor before its address goes to C."""
+
+import torch
+
+import detcoll
+
+# torch dtype -> detcoll_dtype_t
+DTYPES = {
+    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4,
+    torch.int64: 5,
+}
+
+
+def checked_dtype(tensor, call, verb):
+    """The tensor's detcoll dtype; raises InvalidArgumentError naming `call` for anything but a
+    contiguous CPU tensor of a supported dtype. `verb` says what the call does ("reduces")."""
+    if not isinstance(tensor, torch.Tensor):
+        raise detcoll.InvalidArgumentError(f"{call}: expected a torch.Tensor, got {type(tensor)}")
+    if tensor.dtype not in DTYPES:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: unsupported dtype {tensor.dtype}; detcoll {verb} float32, float64, "
+            "float16, bfloat16, int32 and int64")
+    if not tensor.is_contiguous():
+        raise detcoll.InvalidArgumentError(
+            f"{call}: the tensor is not contiguous (shape {tuple(tensor.shape)}, stride "
+            f"{tensor.stride()}); pass tensor.contiguous()")
+    if tensor.device.type != "cpu":
+        raise detcoll.InvalidArgumentError(
+            f"{call}: the tensor is on {tensor.device}; this version {verb} CPU tensors only")
+    return DTYPES[tensor.dtype]
