@@ -86,6 +86,14 @@ DETCOLL_API detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbu
 /* Thread-local text of the last failure in this thread; "" if none. */
 DETCOLL_API const char* detcoll_last_error(void);
 
+/* For bindings that check arguments of their own (a framework tensor's layout, say): the calling
+ * thread's next allreduce, allreduce_leaves, broadcast or allgather (blocking, asynchronous or
+ * grouped) still joins its agreement, but as failed with `reason` (at most 191 bytes travel), so
+ * it returns DETCOLL_ERR_INVALID_ARGUMENT on every rank with a message naming this rank and the
+ * reason, instead of one rank failing alone while the others wait. Buffers are not touched; pass
+ * the call's name as the other ranks do. NULL or "" cancels a pending rejection. */
+DETCOLL_API detcoll_status_t detcoll_reject_next_call(const char* reason);
+
 /* Asynchronous requests, served by the fusion engine (DETCOLL_FUSION_THRESHOLD,
  * DETCOLL_CYCLE_TIME). A request is matched across ranks by its name, not by call order: ranks
  * may enqueue in any order, from any thread; names must be unique among requests in flight on a

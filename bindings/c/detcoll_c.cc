@@ -40,7 +40,17 @@ namespace {
 bool g_ownsMpi = false;
 std::optional<Mode> g_modeOverride;
 thread_local std::string t_lastError;
+thread_local std::string t_rejection;  // detcoll_reject_next_call's reason, until a call takes it
 }  // namespace
+
+// The pending rejection of this thread's next collective as a failed local check, or ok; taking
+// it clears it.
+Status takeRejection() {
+  if (t_rejection.empty()) return Status::ok();
+  Status rejected = Status::invalidArgument(t_rejection);
+  t_rejection.clear();
+  return rejected;
+}
 
 detcoll_status_t finish(const Status& status) {
   if (status.isOk()) return DETCOLL_SUCCESS;
@@ -213,10 +223,14 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
 detcoll_status_t enqueue(const char* call, size_t n,
                          const std::function<fusion::RequestSpec(size_t)>& spec,
                          detcoll_handle_t* handles) {
+  const Status rejected = takeRejection();
   fusion::Engine* engine = nullptr;
   if (Status s = engineFor(call, &engine); !s.isOk()) return finish(s);
   std::vector<fusion::RequestSpec> specs;
-  for (size_t i = 0; i < n; ++i) specs.push_back(spec(i));
+  for (size_t i = 0; i < n; ++i) {
+    specs.push_back(spec(i));
+    if (!rejected.isOk()) specs.back().localError = rejected.message();
+  }
   std::vector<fusion::RequestPtr> requests;
   const Status status = engine->enqueueGroup(std::move(specs), nullptr, &requests);
   if (!status.isOk()) return finish(status.prefixed(call));
@@ -229,6 +243,8 @@ detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const vo
                             void* recv, size_t count, int dtype, int op, int root, const char* name,
                             detcoll_handle_t* handle) {
   if (handle == nullptr) {
+    static_cast<void>(
+        takeRejection());  // the call fails here, on this rank; the rejection is spent
     return finish(Status::invalidArgument(std::string(call) + ": handle is null"));
   }
   *handle = nullptr;
@@ -305,8 +321,9 @@ detcoll_mode_t detcoll_get_mode(void) {
 detcoll_status_t detcoll_allreduce(const void* sendbuf, void* recvbuf, size_t count,
                                    detcoll_dtype_t dtype, detcoll_op_t op, const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_allreduce"));
-  Status precheck = checkHostMemory(sendbuf, "sendbuf");
+  if (precheck.isOk()) precheck = checkHostMemory(sendbuf, "sendbuf");
   if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
   return finish(g_runtime->collectives->allreduce(currentMode(), sendbuf, recvbuf, count,
                                                   static_cast<int>(dtype), static_cast<int>(op),
@@ -317,9 +334,9 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
                                           size_t count, detcoll_dtype_t dtype, detcoll_op_t op,
                                           const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_allreduce_leaves"));
-  Status precheck;
-  if (leaves != nullptr && nleaves >= 1 &&
+  if (precheck.isOk() && leaves != nullptr && nleaves >= 1 &&
       nleaves <= collective::kMaxLeavesPerRank) {  // else the collective says why
     for (int l = 0; l < nleaves && precheck.isOk(); ++l) {
       precheck = checkHostMemory(leaves[l], "a leaf");
@@ -334,16 +351,19 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
 detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtype, int root,
                                    const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_broadcast"));
-  return finish(g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name,
-                                                  checkHostMemory(buf, "buf")));
+  if (precheck.isOk()) precheck = checkHostMemory(buf, "buf");
+  return finish(
+      g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name, precheck));
 }
 
 detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
                                    detcoll_dtype_t dtype, const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_allgather"));
-  Status precheck = checkHostMemory(sendbuf, "sendbuf");
+  if (precheck.isOk()) precheck = checkHostMemory(sendbuf, "sendbuf");
   if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
   return finish(g_runtime->collectives->allgather(sendbuf, recvbuf, count, static_cast<int>(dtype),
                                                   name, precheck));
@@ -351,6 +371,11 @@ detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t co
 
 const char* detcoll_last_error(void) {
   return t_lastError.c_str();
+}
+
+detcoll_status_t detcoll_reject_next_call(const char* reason) {
+  t_rejection = reason != nullptr ? std::string(reason) : std::string();
+  return DETCOLL_SUCCESS;
 }
 
 detcoll_status_t detcoll_allreduce_async(const void* sendbuf, void* recvbuf, size_t count,
@@ -368,6 +393,11 @@ detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendb
                                                  detcoll_handle_t* handles) {
   std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
   const char* call = "detcoll_grouped_allreduce_async";
+  if (handles == nullptr || n < 1 || sendbufs == nullptr || recvbufs == nullptr ||
+      counts == nullptr) {
+    static_cast<void>(
+        takeRejection());  // the call fails below, on this rank; the rejection is spent
+  }
   if (handles == nullptr)
     return finish(Status::invalidArgument(std::string(call) + ": handles is null"));
   if (n < 1) {

@@ -124,6 +124,8 @@ PYBIND11_MODULE(_detcoll, m) {
     g_errors = errors.inc_ref().ptr();
   });
 
+  m.def("reject_next_call",
+        [](const std::string& reason) { check(detcoll_reject_next_call(reason.c_str())); });
   m.def("init", [] { blocking([] { return detcoll_init(); }); });
   m.def("finalize", [] { blocking([] { return detcoll_finalize(); }); });
   m.def("rank", [] { return detcoll_rank(); });

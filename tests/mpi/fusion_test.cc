@@ -295,6 +295,36 @@ TEST(FusionCApiErrorTest, BadArgumentOnOneRankFailsEveryRank) {
   expectOnAllRanks(ok, "bad dtype: status " + std::to_string(s) + ": " + text);
 }
 
+TEST(FusionCApiErrorTest, RejectedCallFailsEveryRankWithTheReasonOnce) {
+  const int p = worldSize();
+  const int last = p - 1;
+  std::vector<float> recv(10, -1.0f);
+  std::vector<float> send(10, 0.5f);
+  std::string text;
+  const std::string reason = "binding: the tensor is not contiguous";
+  // Asynchronous: the last rank's request is rejected; every rank fails, naming it.
+  if (worldRank() == last) ASSERT_EQ(detcoll_reject_next_call(reason.c_str()), DETCOLL_SUCCESS);
+  detcoll_status_t s = allreduceAsync("grad.rejected", 10, recv.data(), &text);
+  bool ok = s == DETCOLL_ERR_INVALID_ARGUMENT && contains(text, "'grad.rejected'") &&
+            contains(text, "rank " + std::to_string(last) + ": " + reason) &&
+            std::all_of(recv.begin(), recv.end(), [](float v) { return v == -1.0f; });
+  expectOnAllRanks(ok, "async: status " + std::to_string(s) + ": " + text);
+  // Blocking: the same.
+  if (worldRank() == last) detcoll_reject_next_call(reason.c_str());
+  s = detcoll_allreduce(send.data(), recv.data(), 10, DETCOLL_FLOAT32, DETCOLL_SUM, "blocking");
+  text = s == DETCOLL_SUCCESS ? "" : detcoll_last_error();
+  ok = s == DETCOLL_ERR_INVALID_ARGUMENT &&
+       contains(text, "rank " + std::to_string(last) + ": " + reason) &&
+       std::all_of(recv.begin(), recv.end(), [](float v) { return v == -1.0f; });
+  expectOnAllRanks(ok, "blocking: status " + std::to_string(s) + ": " + text);
+  // A rejection is spent by one call, and NULL cancels one.
+  detcoll_reject_next_call("cancelled");
+  detcoll_reject_next_call(nullptr);
+  s = detcoll_allreduce(send.data(), recv.data(), 10, DETCOLL_FLOAT32, DETCOLL_SUM, "after");
+  ok = s == DETCOLL_SUCCESS && recv[0] == 0.5f * static_cast<float>(p);
+  expectOnAllRanks(ok, std::string("after: ") + (s == DETCOLL_SUCCESS ? "" : detcoll_last_error()));
+}
+
 TEST(FusionCApiErrorTest, DuplicateNameIsRefusedAndTheFirstCompletes) {
   std::vector<float> a(50, 1.0f), b(50), c(50);
   detcoll_handle_t first = nullptr;

@@ -142,3 +142,53 @@ def test_gradient_predivide_factor_scales_before_and_after():
     with pytest.raises(detcoll.InvalidArgumentError, match="op=Average only"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), op=hvd.Sum,
                                  gradient_predivide_factor=2.0)
+
+
+def test_bad_input_on_one_rank_fails_every_rank():
+    """A tensor refused by the Python checks on one rank fails the call on every rank, naming
+    that rank and the reason; nobody waits, and the next call works."""
+    if hvd.size() == 1:
+        return
+    bad = hvd.size() - 1
+    good = torch.ones(4, 4)
+
+    def mine(refused):
+        return refused if hvd.rank() == bad else good
+
+    calls = {
+        "allreduce": lambda: hvd.allreduce(mine(good.t()), name="one.ar"),
+        "allreduce_": lambda: hvd.allreduce_(mine(good.t().clone()), name="one.ar_"),
+        "allreduce_async": lambda: hvd.synchronize(
+            hvd.allreduce_async(mine(good.t()), name="one.async")),
+        "grouped_allreduce": lambda: hvd.grouped_allreduce(
+            [good, mine(good.to(torch.uint8))], name="one.grouped"),
+        "broadcast": lambda: hvd.broadcast(mine(good.t()), root_rank=0, name="one.bc"),
+        "broadcast_async_": lambda: hvd.synchronize(
+            hvd.broadcast_async_(mine(good.t().clone()), root_rank=0, name="one.bca")),
+        "allgather": lambda: hvd.allgather(mine(good.t()), name="one.ag"),
+        "allgather_async": lambda: hvd.synchronize(
+            hvd.allgather_async(mine(good.t()), name="one.aga")),
+    }
+    for call, run in calls.items():
+        with pytest.raises(detcoll.InvalidArgumentError) as error:
+            run()
+        message = str(error.value)
+        assert f"rank {bad}" in message, f"{call}: {message}"
+        assert "not contiguous" in message or "unsupported dtype" in message, f"{call}: {message}"
+    assert torch.equal(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after"),
+                       torch.full((3,), float(hvd.size())))
+
+
+def test_broadcast_moves_any_dtype_and_unpicklable_objects_fail_everywhere():
+    flags = torch.tensor([hvd.rank() % 2 == 0, True, False, hvd.rank() == 0])
+    assert torch.equal(hvd.broadcast(flags, root_rank=0, name="bool"),
+                       torch.tensor([True, True, False, True]))
+    small = torch.arange(7, dtype=torch.int8) * (hvd.rank() + 1)
+    hvd.broadcast_(small, root_rank=hvd.size() - 1, name="int8")
+    assert torch.equal(small, torch.arange(7, dtype=torch.int8) * hvd.size())
+    state = {"step": torch.tensor(5), "mask": torch.ones(3, dtype=torch.uint8) * hvd.rank()}
+    hvd.broadcast_parameters(state, root_rank=0)
+    assert torch.equal(state["mask"], torch.zeros(3, dtype=torch.uint8))
+    assert hvd.broadcast_object({"epoch": hvd.rank() + 3}, root_rank=0) == {"epoch": 3}
+    with pytest.raises(detcoll.InvalidArgumentError, match="rank 0 could not pickle"):
+        hvd.broadcast_object(lambda: None if hvd.rank() == 0 else 1, root_rank=0)

@@ -141,12 +141,52 @@ def _scaled(tensor, factor):
     return tensor
 
 
+def _checked(call, checks, join):
+    """Runs a call's local checks. When they fail, this rank still joins the collective, as
+    rejected with their message (detcoll_reject_next_call), so that every rank gets the same
+    InvalidArgumentError instead of the others waiting for this one. join() makes the C call
+    with the name the other ranks use, and raises the library's error."""
+    _require_init(call)
+    try:
+        return checks()
+    except detcoll.InvalidArgumentError as e:
+        error = e
+    _detcoll.reject_next_call(str(error))
+    join()
+    raise error  # not reached: the rejected call fails
+
+
+def _join_allreduce(name):
+    return lambda: _detcoll.allreduce(0, 0, 0, 0, 0, _name(name))
+
+
+def _join_allreduce_async(name):
+    return lambda: _detcoll.allreduce_async(0, 0, 0, 0, 0, _name(name)).wait()
+
+
+def _join_broadcast(name):
+    return lambda: _detcoll.broadcast(0, 0, 0, 0, _name(name))
+
+
+def _join_broadcast_async(name):
+    return lambda: _detcoll.broadcast_async(0, 0, 0, 0, _name(name)).wait()
+
+
+def _join_allgather(name):
+    return lambda: _detcoll.allgather(0, 0, 0, 0, _name(name))
+
+
+def _join_allgather_async(name):
+    return lambda: _detcoll.allgather_async(0, 0, 0, 0, _name(name)).wait()
+
+
 # ---- allreduce ----
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0):
     call = "allreduce_async_"
-    dtype, op = _dtype(tensor, call), _op(average, op, call)
+    dtype, op = _checked(call, lambda: (_dtype(tensor, call), _op(average, op, call)),
+                         _join_allreduce_async(name))
     _scaled(tensor, prescale_factor)
     request = _detcoll.allreduce_async(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                        dtype, op, _name(name))
@@ -156,14 +196,16 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0):
-    _dtype(tensor, "allreduce_async")
+    _checked("allreduce_async", lambda: _dtype(tensor, "allreduce_async"),
+             _join_allreduce_async(name))
     return allreduce_async_(tensor.clone(), average, name, op, prescale_factor, postscale_factor)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0):
     call = "allreduce_"
-    dtype, op = _dtype(tensor, call), _op(average, op, call)
+    dtype, op = _checked(call, lambda: (_dtype(tensor, call), _op(average, op, call)),
+                         _join_allreduce(name))
     _scaled(tensor, prescale_factor)
     _detcoll.allreduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), dtype, op,
                        _name(name))
@@ -174,7 +216,7 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, compression=Compression.none):
     """The reduction of `tensor` over every rank, as a new tensor (Average by default).
     compression=Compression.fp16 reduces floating tensors in float16."""
-    _dtype(tensor, "allreduce")
+    _checked("allreduce", lambda: _dtype(tensor, "allreduce"), _join_allreduce(name))
     compressed, ctx = compression.compress(tensor)
     if compressed is tensor:
         compressed = tensor.clone()
@@ -182,28 +224,41 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
     return compression.decompress(reduced, ctx)
 
 
+def _group_names(name, n):
+    base = _name(name) or "grouped"
+    return [f"{base}.{i}" for i in range(n)] if name is not None else [""] * n
+
+
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None):
     call = "grouped_allreduce_async_"
-    _require_init(call)
     tensors = list(tensors)
-    if not tensors:
-        raise detcoll.InvalidArgumentError(f"{call}: no tensors")
-    dtypes = {_dtype(t, call) for t in tensors}
-    if len(dtypes) != 1:
-        raise detcoll.InvalidArgumentError(f"{call}: the tensors of a group share one dtype")
-    op = _op(average, op, call)
-    base = _name(name) or "grouped"
-    names = ([f"{base}.{i}" for i in range(len(tensors))] if name is not None else
-             [""] * len(tensors))
+    names = _group_names(name, len(tensors))
+
+    def checks():
+        if not tensors:
+            raise detcoll.InvalidArgumentError(f"{call}: no tensors")
+        dtypes = {_dtype(t, call) for t in tensors}
+        if len(dtypes) != 1:
+            raise detcoll.InvalidArgumentError(f"{call}: the tensors of a group share one dtype")
+        return dtypes.pop(), _op(average, op, call)
+
+    def join():
+        for r in _detcoll.grouped_allreduce_async([0] * len(tensors), [0] * len(tensors),
+                                                  [0] * len(tensors), 0, 0, names):
+            r.wait()
+
+    dtype, op = _checked(call, checks, join)
     ptrs = [t.data_ptr() for t in tensors]
-    requests = _detcoll.grouped_allreduce_async(ptrs, ptrs, [t.numel() for t in tensors],
-                                                dtypes.pop(), op, names)
+    requests = _detcoll.grouped_allreduce_async(ptrs, ptrs, [t.numel() for t in tensors], dtype,
+                                                op, names)
     return [_Handle(r, t, (t,)) for r, t in zip(requests, tensors)]
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None):
     _require_init("grouped_allreduce_async")
-    return grouped_allreduce_async_([t.clone() for t in tensors], average, name, op)
+    tensors = list(tensors)
+    return grouped_allreduce_async_([t.clone() if isinstance(t, torch.Tensor) else t
+                                     for t in tensors], average, name, op)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None):
@@ -218,34 +273,66 @@ def grouped_allreduce(tensors, average=None, name=None, op=None):
 
 # ---- broadcast and allgather ----
 
+def _broadcast_view(tensor, call):
+    """(buffer, its detcoll dtype, copy-back or None). A broadcast moves bytes, so tensors of
+    other dtypes (bool, uint8, int8, ...) travel as int32 words of their bytes."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype in DTYPES:
+        return tensor, _dtype(tensor, call), None
+    checked_dtype(tensor, call, "broadcasts", any_dtype=True)
+    raw = tensor.view(-1).view(torch.uint8)
+    words = torch.zeros((raw.numel() + 3) // 4, dtype=torch.int32)
+    words.view(torch.uint8)[:raw.numel()] = raw
+
+    def copy_back(_):
+        raw.copy_(words.view(torch.uint8)[:raw.numel()])
+
+    return words, DTYPES[torch.int32], copy_back
+
+
 def broadcast_async_(tensor, root_rank, name=None):
-    dtype = _dtype(tensor, "broadcast_async_")
-    request = _detcoll.broadcast_async(tensor.data_ptr(), tensor.numel(), dtype, int(root_rank),
+    call = "broadcast_async_"
+    buf, dtype, after = _checked(call, lambda: _broadcast_view(tensor, call),
+                                 _join_broadcast_async(name))
+    request = _detcoll.broadcast_async(buf.data_ptr(), buf.numel(), dtype, int(root_rank),
                                        _name(name))
-    return _Handle(request, tensor, (tensor,))
+    return _Handle(request, tensor, (tensor, buf), after=after)
 
 
 def broadcast_async(tensor, root_rank, name=None):
-    _dtype(tensor, "broadcast_async")
+    _checked("broadcast_async", lambda: _broadcast_view(tensor, "broadcast_async"),
+             _join_broadcast_async(name))
     return broadcast_async_(tensor.clone(), root_rank, name)
 
 
 def broadcast_(tensor, root_rank, name=None):
-    dtype = _dtype(tensor, "broadcast_")
-    _detcoll.broadcast(tensor.data_ptr(), tensor.numel(), dtype, int(root_rank), _name(name))
+    call = "broadcast_"
+    buf, dtype, after = _checked(call, lambda: _broadcast_view(tensor, call),
+                                 _join_broadcast(name))
+    _detcoll.broadcast(buf.data_ptr(), buf.numel(), dtype, int(root_rank), _name(name))
+    if after is not None:
+        after(tensor)
     return tensor
 
 
 def broadcast(tensor, root_rank, name=None):
-    _dtype(tensor, "broadcast")
+    _checked("broadcast", lambda: _broadcast_view(tensor, "broadcast"), _join_broadcast(name))
     return broadcast_(tensor.clone(), root_rank, name)
 
 
+def _gatherable(tensor, call):
+    dtype = _dtype(tensor, call)
+    if tensor.dim() == 0 or tensor.dim() > 8:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: tensors of 1 to 8 dimensions are gathered along dimension 0; this one has "
+            f"{tensor.dim()} (reshape a scalar to (1,))")
+    return dtype
+
+
 def allgather_async(tensor, name=None):
-    """Concatenation over ranks along dimension 0 (the first dimensions must agree)."""
-    dtype = _dtype(tensor, "allgather_async")
-    out = torch.empty((size() * tensor.shape[0],) + tuple(tensor.shape[1:]) if tensor.dim() else
-                      (size(),), dtype=tensor.dtype)
+    """Concatenation over ranks along dimension 0 (all dimensions must agree)."""
+    call = "allgather_async"
+    dtype = _checked(call, lambda: _gatherable(tensor, call), _join_allgather_async(name))
+    out = torch.empty((size() * tensor.shape[0],) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
     request = _detcoll.allgather_async(tensor.data_ptr(), out.data_ptr(), tensor.numel(), dtype,
                                        _name(name))
     return _Handle(request, out, (tensor, out))
@@ -253,16 +340,18 @@ def allgather_async(tensor, name=None):
 
 def allgather(tensor, name=None):
     """Concatenation over ranks along dimension 0. Ranks may differ in that dimension only."""
-    dtype = _dtype(tensor, "allgather")
+    call = "allgather"
+    dtype = _checked(call, lambda: _gatherable(tensor, call),
+                     _join_allgather(_name(name) + ".shapes"))
     shape = torch.tensor([tensor.dim()] + list(tensor.shape) + [0] * (8 - tensor.dim()),
                          dtype=torch.int64)
-    if tensor.dim() > 8:
-        raise detcoll.InvalidArgumentError("allgather: tensors of more than 8 dimensions")
     shapes = torch.empty((size(), 9), dtype=torch.int64)
-    _detcoll.allgather(shape.data_ptr(), shapes.data_ptr(), 9, 5, _name(name) + ".shapes")
+    _detcoll.allgather(shape.data_ptr(), shapes.data_ptr(), 9, DTYPES[torch.int64],
+                       _name(name) + ".shapes")
     dims = shapes[:, 0].tolist()
-    if len(set(dims)) != 1 or dims[0] == 0:
-        raise detcoll.MismatchError(f"allgather: ranks gather tensors of different ranks: {dims}")
+    if len(set(dims)) != 1:
+        raise detcoll.MismatchError(
+            f"allgather: ranks gather tensors of different numbers of dimensions: {dims}")
     rows = shapes[:, 1].tolist()
     if any(shapes[r, 2:1 + dims[0]].tolist() != shapes[0, 2:1 + dims[0]].tolist()
            for r in range(size())):
@@ -283,8 +372,8 @@ def synchronize(handle):
     if not isinstance(handle, _Handle):
         raise detcoll.InvalidArgumentError("synchronize: not a handle of detcoll.torch")
     if not handle.done:
+        handle.request.wait()  # raises on failure; the handle then stays failed
         handle.done = True
-        handle.request.wait()
         if handle.after is not None:
             handle.after(handle.output)
     return handle.output
@@ -304,27 +393,36 @@ def broadcast_parameters(params, root_rank):
     handles = []
     for name, p in items:
         tensor = p.data if isinstance(p, torch.nn.Parameter) else p
-        if not isinstance(tensor, torch.Tensor):
-            raise detcoll.InvalidArgumentError(f"broadcast_parameters: {name} is not a tensor")
         handles.append(broadcast_async_(tensor, root_rank, name="bcast." + str(name)))
     for h in handles:
         synchronize(h)
 
 
 def broadcast_object(obj, root_rank=0, name=None):
-    """A picklable object from root_rank on every rank."""
+    """A picklable object from root_rank on every rank. If it cannot be pickled there, every
+    rank raises InvalidArgumentError saying why."""
     _require_init("broadcast_object")
-    data = pickle.dumps(obj) if rank() == root_rank else b""
-    length = torch.tensor([len(data)], dtype=torch.int64)
-    broadcast_(length, root_rank, name=(name or "object") + ".length")
-    buf = torch.zeros(int(length.item()), dtype=torch.uint8)
+    name = name or "object"
+    header = torch.zeros(2, dtype=torch.int64)  # (byte count, 1 if the bytes are an error)
+    data = b""
     if rank() == root_rank:
-        buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    # Bytes travel as int32 words.
-    words = torch.zeros((buf.numel() + 3) // 4, dtype=torch.int32)
-    words.view(torch.uint8)[:buf.numel()] = buf
-    broadcast_(words, root_rank, name=(name or "object") + ".data")
-    return pickle.loads(words.view(torch.uint8)[:buf.numel()].numpy().tobytes())
+        try:
+            data = pickle.dumps(obj)
+        except Exception as e:  # noqa: BLE001 (any pickling failure is reported everywhere)
+            data = f"{type(e).__name__}: {e}".encode()
+            header[1] = 1
+        header[0] = len(data)
+    broadcast_(header, root_rank, name=name + ".length")
+    raw = torch.zeros(int(header[0]), dtype=torch.uint8)
+    if rank() == root_rank and data:
+        raw.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    broadcast_(raw, root_rank, name=name + ".data")
+    received = raw.numpy().tobytes()
+    if header[1]:
+        raise detcoll.InvalidArgumentError(
+            f"broadcast_object: rank {root_rank} could not pickle the object: "
+            f"{received.decode(errors='replace')}")
+    return pickle.loads(received)
 
 
 def broadcast_optimizer_state(optimizer, root_rank):

@@ -11,12 +11,13 @@ DTYPES = {
 }
 
 
-def checked_dtype(tensor, call, verb):
+def checked_dtype(tensor, call, verb, any_dtype=False):
     """The tensor's detcoll dtype; raises InvalidArgumentError naming `call` for anything but a
-    contiguous CPU tensor of a supported dtype. `verb` says what the call does ("reduces")."""
+    contiguous CPU tensor of a supported dtype (of any dtype with any_dtype, which returns None).
+    `verb` says what the call does ("reduces")."""
     if not isinstance(tensor, torch.Tensor):
         raise detcoll.InvalidArgumentError(f"{call}: expected a torch.Tensor, got {type(tensor)}")
-    if tensor.dtype not in DTYPES:
+    if not any_dtype and tensor.dtype not in DTYPES:
         raise detcoll.InvalidArgumentError(
             f"{call}: unsupported dtype {tensor.dtype}; detcoll {verb} float32, float64, "
             "float16, bfloat16, int32 and int64")
@@ -27,4 +28,4 @@ def checked_dtype(tensor, call, verb):
     if tensor.device.type != "cpu":
         raise detcoll.InvalidArgumentError(
             f"{call}: the tensor is on {tensor.device}; this version {verb} CPU tensors only")
-    return DTYPES[tensor.dtype]
+    return DTYPES.get(tensor.dtype)
