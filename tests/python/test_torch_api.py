@@ -28,6 +28,11 @@ def inputs(label, count, dtype=torch.float32):
     return out
 
 
+def local_batch(label, rows, cols):
+    """This rank's own data."""
+    return inputs(label, rows * cols)[hvd.rank()].reshape(rows, cols).clamp(-4, 4)
+
+
 def fold(tensors):
     """The ordered mode's definition: the left fold in rank order."""
     acc = tensors[0].clone()
@@ -83,8 +88,15 @@ def test_broadcast_allgather_and_parameters():
 def test_optimizer_state_is_broadcast():
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01 * (hvd.rank() + 1))
+    model(local_batch("adam", 4, 3)).sum().backward()
+    optimizer.step()  # each rank's own moments
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+    for i, state in enumerate(optimizer.state_dict()["state"].values()):
+        for key in ("exp_avg", "exp_avg_sq"):
+            every = hvd.allgather(state[key].reshape(1, -1).contiguous(), name=f"adam.{i}.{key}")
+            assert all(torch.equal(every[0], every[r]) for r in range(hvd.size()))
+            assert every[0].abs().sum() > 0
 
 
 def test_distributed_optimizer_keeps_replicas_identical():
@@ -192,3 +204,87 @@ def test_broadcast_moves_any_dtype_and_unpicklable_objects_fail_everywhere():
     assert hvd.broadcast_object({"epoch": hvd.rank() + 3}, root_rank=0) == {"epoch": 3}
     with pytest.raises(detcoll.InvalidArgumentError, match="rank 0 could not pickle"):
         hvd.broadcast_object(lambda: None if hvd.rank() == 0 else 1, root_rank=0)
+
+
+def replicas_identical(model, name):
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).reshape(1, -1)
+    everyone = hvd.allgather(flat.contiguous(), name=name)
+    return all(torch.equal(bits(everyone[0]), bits(everyone[r])) for r in range(hvd.size()))
+
+
+def test_optimizer_refuses_extra_passes_and_zero_grad_in_flight():
+    model = torch.nn.Linear(3, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    x = local_batch("guards", 4, 3)
+    model(x).sum().backward()
+    with pytest.raises(detcoll.InvalidArgumentError, match="zero_grad"):
+        optimizer.zero_grad()
+    with pytest.raises(detcoll.InvalidArgumentError, match="more than backward_passes_per_step=1"):
+        model(x).sum().backward()
+    optimizer.step()  # the first pass's reduction completes; the state is clean again
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+    assert replicas_identical(model, "guards.replicas")
+
+
+def test_a_step_skipped_after_synchronize_does_not_skip_the_next_reduction():
+    """As with a gradient scaler that finds an inf: synchronize(), no step(), next pass."""
+    torch.manual_seed(11)
+    model = torch.nn.Linear(4, 2)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    for step in range(3):
+        optimizer.zero_grad()
+        model(local_batch(f"skip{step}", 5, 4)).pow(2).sum().backward()
+        if step == 0:
+            optimizer.synchronize()  # ... and the step is skipped
+        else:
+            optimizer.step()
+    assert replicas_identical(model, "skip.replicas")
+
+
+def test_channels_last_gradients_are_reduced():
+    torch.manual_seed(12)
+    model = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    x = local_batch("cl", 2, 3 * 8 * 8).reshape(2, 3, 8, 8).contiguous(
+        memory_format=torch.channels_last)
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    assert not model.weight.grad.is_contiguous()
+    optimizer.step()
+    assert replicas_identical(model, "cl.replicas")
+
+
+def test_invariant_optimizer_with_a_branch_only_one_rank_uses():
+    """A parameter without a gradient in some rank's pass contributes zero leaves there: the
+    step works on every rank and the branch's gradient is rank 0's own, exactly."""
+    torch.manual_seed(13)
+    trunk, branch = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    params = list(trunk.named_parameters(prefix="trunk")) + list(
+        branch.named_parameters(prefix="branch"))
+    detcoll.set_mode("invariant")
+    try:
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.0),
+                                             named_parameters=params, op=hvd.Sum)
+        x = local_batch("branch", 4, 3)
+        out = trunk(x) + (branch(x) if hvd.rank() == 0 else 0.0)
+        mine = torch.autograd.grad(branch(x).sum(), list(branch.parameters()))
+        optimizer.zero_grad()
+        out.sum().backward()
+        optimizer.step()
+        for p, g in zip(branch.parameters(), mine):
+            rank0 = hvd.broadcast(g, root_rank=0, name=f"branch.{p.shape}")
+            assert torch.equal(bits(p.grad), bits(rank0))
+        with pytest.raises(detcoll.InvalidArgumentError, match="mode changed"):
+            detcoll.set_mode("ordered")
+            optimizer.zero_grad()
+            trunk(x).sum().backward()
+            optimizer.step()
+    finally:
+        detcoll.set_mode("ordered")

@@ -133,9 +133,12 @@ def test_invariant_mode_gives_the_same_weights_at_np_1_2_4(tmp_path):
     assert len(set(hashes.values())) == 1, f"invariant weights differ by world size: {hashes}"
     assert runs[1]["loss"] == runs[2]["loss"] == runs[4]["loss"]
     assert hashes[1] == reference_training("invariant", 1, 4)
-    # Ordered mode at np 2 groups the micro-batches ((g0 + g1) + (g2 + g3)), unlike np 1's
-    # (((g0 + g1) + g2) + g3): its weights differ, which is what the invariant mode removes.
+    # Ordered mode at np 2 sums ((g0 + g1) + (g2 + g3)): each rank accumulates its two passes,
+    # then the ranks are folded. The reference agrees, and a different grouping, np 1's
+    # (((g0 + g1) + g2) + g3), gives other weights: what the invariant mode removes.
     ordered = run_demo(tmp_path, 2, "ordered", 4, "ordered_np2")
+    assert ordered["sha256"] == reference_training("ordered", 2, 4)
+    assert ordered["sha256"] != reference_training("ordered", 1, 4)
     assert ordered["sha256"] != hashes[2]
 
 

@@ -393,9 +393,15 @@ def broadcast_parameters(params, root_rank):
     handles = []
     for name, p in items:
         tensor = p.data if isinstance(p, torch.nn.Parameter) else p
-        handles.append(broadcast_async_(tensor, root_rank, name="bcast." + str(name)))
-    for h in handles:
+        # Parameters in another memory layout (channels_last) travel as a contiguous copy.
+        staged = (tensor.contiguous() if isinstance(tensor, torch.Tensor) and
+                  not tensor.is_contiguous() else tensor)
+        handles.append((tensor, staged,
+                        broadcast_async_(staged, root_rank, name="bcast." + str(name))))
+    for tensor, staged, h in handles:
         synchronize(h)
+        if staged is not tensor:
+            tensor.copy_(staged)
 
 
 def broadcast_object(obj, root_rank=0, name=None):

@@ -70,6 +70,7 @@ class _DistributedOptimizer:
     # Invariant mode: this pass's gradient becomes a leaf; the framework accumulates zeros.
     def _leaf_hook(self, p):
         def hook(grad):
+            self._synchronized = False  # a new pass: the next step reduces again
             leaf = grad.detach().clone()
             if self._prescale != 1.0:
                 leaf.mul_(self._prescale)
@@ -81,13 +82,33 @@ class _DistributedOptimizer:
     # Ordered and native mode: allreduce once backward has accumulated the last pass.
     def _accumulated_hook(self, p):
         def hook(*ignore):
+            self._synchronized = False  # a new pass: the next step reduces again
+            if self._delay[id(p)] == 0:
+                raise detcoll.InvalidArgumentError(
+                    f"the gradient of {self._names[id(p)]} was computed more than "
+                    f"backward_passes_per_step={self._passes} times before step() or "
+                    "synchronize(); raise backward_passes_per_step to accumulate more passes")
             self._delay[id(p)] -= 1
             if self._delay[id(p)] == 0:
                 self._reduce_async(p)
         return hook
 
+    def _pending(self):
+        if self._mode == "invariant":
+            return any(self._leaves[id(p)] for p in self._params)
+        return bool(self._handles) or any(d != self._passes for d in self._delay.values())
+
+    def zero_grad(self, *args, **kwargs):
+        if self._pending():
+            raise detcoll.InvalidArgumentError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(): the gradients of that pass are "
+                "already being reduced. Call zero_grad() before backward, or after step()")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
     def _reduce_async(self, p):
         compressed, ctx = self._compression.compress(p.grad)
+        compressed = compressed.contiguous()  # e.g. a channels_last gradient: reduce a copy
         handle = self._hvd.allreduce_async_(compressed, name=self._names[id(p)], op=self._op,
                                             prescale_factor=self._prescale,
                                             postscale_factor=self._postscale)
@@ -95,6 +116,10 @@ class _DistributedOptimizer:
 
     def synchronize(self):
         """Completes the reduction of every gradient (step() calls it)."""
+        if detcoll.get_mode() != self._mode:
+            raise detcoll.InvalidArgumentError(
+                f"the determinism mode changed from {self._mode} to {detcoll.get_mode()} after "
+                "DistributedOptimizer was built; set the mode first")
         if self._mode == "invariant":
             self._reduce_leaves()
         else:
@@ -114,16 +139,17 @@ class _DistributedOptimizer:
         self._synchronized = True
 
     def _reduce_leaves(self):
-        counts = {len(self._leaves[id(p)]) for p in self._params}
-        if len(counts) != 1:
-            raise detcoll.InvalidArgumentError(
-                f"parameters saw different numbers of backward passes: {sorted(counts)}")
-        count = counts.pop()
-        if count == 0:
-            for p in self._params:
-                leaf, self._contexts[id(p)] = self._compression.compress(torch.zeros_like(p))
-                self._leaves[id(p)] = [leaf]
-            count = 1
+        if not self._params:
+            return
+        # A parameter that got no gradient in some pass (an unused branch) contributes zero
+        # leaves there: zeros change neither the exact sum nor the scales.
+        count = max(1, max(len(self._leaves[id(p)]) for p in self._params))
+        for p in self._params:
+            leaves = self._leaves[id(p)]
+            while len(leaves) < count:
+                leaf, self._contexts[id(p)] = self._compression.compress(
+                    torch.zeros_like(p, memory_format=torch.contiguous_format))
+                leaves.append(leaf)
         # One exact reduction per dtype over all parameters laid end to end: the invariant
         # mode's bits do not depend on the layout.
         by_dtype = {}
@@ -170,11 +196,16 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0,
-                         **unused):
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
     """Wraps a torch optimizer so that step() uses the gradients reduced over every rank."""
     import detcoll.torch as hvd
 
     hvd._require_init("DistributedOptimizer")
+    # num_groups and groups only steer Horovod's fusion, which detcoll's engine does by itself;
+    # sparse_as_dense: detcoll reduces dense gradients only.
+    if process_set is not None:
+        raise detcoll.InvalidArgumentError(
+            "DistributedOptimizer: process sets are not supported; every rank takes part")
     if op is None:
         op = hvd.Average
     if compression is None:
