@@ -55,7 +55,8 @@ void* ptr(uintptr_t address) {
 }
 
 // An asynchronous request. wait() completes and releases it; a request dropped without a wait is
-// waited for (the buffers must not be freed under it).
+// waited for. keep() hands it the objects that own its buffers (the tensors): they are released
+// only once the request has completed, whatever order Python frees things in.
 class Request {
  public:
   explicit Request(detcoll_handle_t handle) : handle_(handle) {}
@@ -65,7 +66,9 @@ class Request {
       py::gil_scoped_release release;
       detcoll_wait(handle_);
     }
+    // keep_ is destroyed after this, with the GIL held again.
   }
+  void keep(py::object owners) { keep_ = std::move(owners); }
   bool poll() {
     if (handle_ == nullptr) return true;
     int done = 0;
@@ -77,10 +80,12 @@ class Request {
     detcoll_handle_t handle = handle_;
     handle_ = nullptr;
     blocking([&] { return detcoll_wait(handle); });
+    keep_ = py::none();
   }
 
  private:
   detcoll_handle_t handle_;
+  py::object keep_ = py::none();
 };
 
 detcoll_rng_key_t toKey(const std::vector<uint32_t>& words) {
@@ -166,7 +171,10 @@ PYBIND11_MODULE(_detcoll, m) {
           });
         });
 
-  py::class_<Request>(m, "Request").def("poll", &Request::poll).def("wait", &Request::wait);
+  py::class_<Request>(m, "Request")
+      .def("poll", &Request::poll)
+      .def("wait", &Request::wait)
+      .def("keep", &Request::keep);
   auto enqueued = [](detcoll_status_t status, detcoll_handle_t handle) {
     check(status);
     return std::make_unique<Request>(handle);

@@ -131,7 +131,8 @@ class _Handle:
     """An asynchronous request and what it keeps alive until it completes."""
 
     def __init__(self, request, output, keep, after=None):
-        self.request, self.output, self.keep, self.after = request, output, keep, after
+        request.keep(keep)  # the request holds its tensors until it completes
+        self.request, self.output, self.after = request, output, after
         self.done = False
 
 
