@@ -1,0 +1,224 @@
+#include "kernels/ops/segment.h"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#include "common/half.h"
+
+namespace detcoll::ops {
+namespace {
+
+// The accumulation type of a dtype, and exact conversions in and one rounding out.
+template <typename T>
+struct Acc {
+  using type = std::conditional_t<std::is_integral_v<T>, int64_t,
+                                  std::conditional_t<std::is_same_v<T, double>, double, float>>;
+};
+
+template <typename T>
+typename Acc<T>::type widen(T v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return halfToFloat(v);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return bfloat16ToFloat(v);
+  } else {
+    return static_cast<typename Acc<T>::type>(v);
+  }
+}
+
+template <typename T, typename A>
+T narrow(A v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return floatToHalf(v);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return floatToBFloat16(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename A>
+A add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));  // wraps
+  } else {
+    return a + b;
+  }
+}
+
+template <typename A>
+A multiply(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  } else {
+    return a * b;
+  }
+}
+
+// The weight of a source, converted exactly to A.
+template <typename A>
+A weightAt(const void* weights, DataType type, int64_t s) {
+  switch (type) {
+    case DataType::kFloat32:
+      return static_cast<A>(static_cast<const float*>(weights)[s]);
+    case DataType::kFloat64:
+      return static_cast<A>(static_cast<const double*>(weights)[s]);
+    case DataType::kFloat16:
+      return static_cast<A>(halfToFloat(static_cast<const Half*>(weights)[s]));
+    case DataType::kBFloat16:
+      return static_cast<A>(bfloat16ToFloat(static_cast<const BFloat16*>(weights)[s]));
+    case DataType::kInt32:
+      return static_cast<A>(static_cast<const int32_t*>(weights)[s]);
+    case DataType::kInt64:
+      return static_cast<A>(static_cast<const int64_t*>(weights)[s]);
+  }
+  return A{};
+}
+
+// Destinations [first, last) of the plan, column by column within a destination row. The row's
+// accumulators live in `acc` (columns entries), so each source row is read once, in order.
+template <typename T>
+void reduceRange(const SegmentPlan& plan, const SegmentSources& in, const SegmentOutput& out,
+                 int64_t first, int64_t last) {
+  using A = typename Acc<T>::type;
+  const T* values = static_cast<const T*>(in.values);
+  T* result = static_cast<T*>(out.values);
+  const int64_t columns = out.columns;
+  const bool scaled = in.scale != 1.0;
+  const A scale = static_cast<A>(in.scale);
+  std::vector<A> acc(static_cast<size_t>(columns));
+  for (int64_t d = first; d < last; ++d) {
+    T* row = result + d * out.rowStride;
+    const int64_t begin = plan.offsets[d], end = plan.offsets[d + 1];
+    if (end == begin && out.init == SegmentInit::kOutput) continue;  // unchanged, bit for bit
+    for (int64_t c = 0; c < columns; ++c) {
+      acc[c] = out.init == SegmentInit::kOutput ? widen(row[c]) : A{};
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t s = plan.order[j];
+      const T* source = values + (in.rows != nullptr ? in.rows[s] : s) * in.rowStride;
+      if (in.weights == nullptr && !scaled) {
+        for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], widen(source[c]));
+      } else {
+        A w = in.weights != nullptr ? weightAt<A>(in.weights, in.weightType, s) : A{1};
+        if (scaled) w = in.weights != nullptr ? multiply(w, scale) : scale;
+        for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], multiply(w, widen(source[c])));
+      }
+    }
+    if (out.mean) {
+      const int64_t k = end - begin;
+      for (int64_t c = 0; c < columns; ++c) {
+        row[c] = k == 0 ? narrow<T>(A{}) : narrow<T>(acc[c] / static_cast<A>(k));
+      }
+    } else {
+      for (int64_t c = 0; c < columns; ++c) row[c] = narrow<T>(acc[c]);
+    }
+  }
+}
+
+template <typename T>
+void reduceAll(const SegmentPlan& plan, const SegmentSources& in, const SegmentOutput& out,
+               int threads) {
+  const int64_t m = plan.destinations;
+  const int64_t work = static_cast<int64_t>(plan.order.size()) * out.columns + m;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Below about 64 K element operations a thread costs more than it saves.
+  threads = static_cast<int>(std::min<int64_t>(threads, 1 + work / (64 << 10)));
+  if (threads <= 1 || m < 2) {
+    reduceRange<T>(plan, in, out, 0, m);
+    return;
+  }
+  // Contiguous destination ranges of about equal source counts.
+  std::vector<int64_t> bounds{0};
+  const int64_t total = static_cast<int64_t>(plan.order.size()) + m;
+  for (int t = 1; t < threads; ++t) {
+    const int64_t target = total * t / threads;
+    // The first destination d with offsets[d] + d >= target.
+    int64_t lo = bounds.back(), hi = m;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (plan.offsets[mid] + mid >= target) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    bounds.push_back(lo);
+  }
+  bounds.push_back(m);
+  std::vector<std::thread> workers;
+  for (size_t t = 1; t + 1 < bounds.size(); ++t) {
+    workers.emplace_back(reduceRange<T>, std::cref(plan), std::cref(in), std::cref(out), bounds[t],
+                         bounds[t + 1]);
+  }
+  reduceRange<T>(plan, in, out, bounds[0], bounds[1]);
+  for (std::thread& w : workers) w.join();
+}
+
+}  // namespace
+
+Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
+                    SegmentPlan* plan, int64_t skip, bool useSkip) {
+  if (n < 0 || destinations < 0) {
+    return Status::invalidArgument(std::string(what) + ": negative size");
+  }
+  if (n > 0 && destination == nullptr) {
+    return Status::invalidArgument(std::string(what) + " is null");
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t d = destination[s];
+    if (useSkip && d == skip) continue;
+    if (d < 0 || d >= destinations) {
+      return Status::invalidArgument(std::string(what) + "[" + std::to_string(s) +
+                                     "] = " + std::to_string(d) + " is out of range [0, " +
+                                     std::to_string(destinations) + ")");
+    }
+  }
+  plan->destinations = destinations;
+  plan->offsets.assign(static_cast<size_t>(destinations) + 1, 0);
+  for (int64_t s = 0; s < n; ++s) {
+    if (!(useSkip && destination[s] == skip)) ++plan->offsets[destination[s] + 1];
+  }
+  for (int64_t d = 0; d < destinations; ++d) plan->offsets[d + 1] += plan->offsets[d];
+  plan->order.assign(static_cast<size_t>(plan->offsets[destinations]), 0);
+  std::vector<int64_t> next(plan->offsets.begin(), plan->offsets.end() - 1);
+  for (int64_t s = 0; s < n; ++s) {
+    if (!(useSkip && destination[s] == skip)) plan->order[next[destination[s]]++] = s;
+  }
+  return Status::ok();
+}
+
+Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const SegmentOutput& out,
+                      int threads) {
+  if (plan.destinations > 0 && out.values == nullptr) {
+    return Status::invalidArgument("the output is null");
+  }
+  if (!plan.order.empty() && out.columns > 0 && in.values == nullptr) {
+    return Status::invalidArgument("the source values are null");
+  }
+  switch (in.type) {
+    case DataType::kFloat32:
+      reduceAll<float>(plan, in, out, threads);
+      break;
+    case DataType::kFloat64:
+      reduceAll<double>(plan, in, out, threads);
+      break;
+    case DataType::kFloat16:
+      reduceAll<Half>(plan, in, out, threads);
+      break;
+    case DataType::kBFloat16:
+      reduceAll<BFloat16>(plan, in, out, threads);
+      break;
+    case DataType::kInt32:
+      reduceAll<int32_t>(plan, in, out, threads);
+      break;
+    case DataType::kInt64:
+      reduceAll<int64_t>(plan, in, out, threads);
+      break;
+  }
+  return Status::ok();
+}
+
+}  // namespace detcoll::ops

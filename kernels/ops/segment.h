@@ -1,0 +1,71 @@
+#pragma once
+
+// The engine of the deterministic scatter family (scatter_add, index_add, unsorted_segment_sum
+// and _mean, embedding and embedding_bag backward, weighted bincount): a stable sort of the
+// sources by destination, then a fixed-order reduction of each destination's sources.
+//
+// The bits, for every op built on it: destination d, column c, with s_1 < s_2 < ... < s_k the
+// source positions whose destination is d (in the order the op numbers its sources),
+//
+//   acc = init(d, c)                       (the output's value, or 0)
+//   acc = acc + w(s_j) * v(s_j, c)          for j = 1 .. k, left to right
+//   out(d, c) = round(acc)                  (or round(acc / k) for a mean; 0 when k = 0)
+//
+// computed in the accumulation type: float for float32, float16 and bfloat16 (each value
+// converted exactly, one rounding at the end), double for float64, int64 for int32 and int64
+// (two's complement wrap). The product w * v is formed only when there is a weight, in the
+// accumulation type. Nothing depends on the number of threads or on how destinations are split:
+// each destination is reduced by one thread, in that order.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace detcoll::ops {
+
+// Sources grouped by destination, in source order: order[offsets[d] .. offsets[d + 1]) are the
+// positions of destination d's sources, increasing.
+struct SegmentPlan {
+  int64_t destinations = 0;
+  std::vector<int64_t> offsets;  // destinations + 1
+  std::vector<int64_t> order;    // one per source that has a destination
+};
+
+// A stable counting sort of destination[0 .. n) into [0, destinations). An entry equal to
+// `skip` (e.g. a padding index) has no destination; any other entry outside the range is an
+// error naming its position and value. `what` names the indices in messages ("index").
+Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
+                    SegmentPlan* plan, int64_t skip = -1, bool useSkip = false);
+
+enum class SegmentInit { kZero, kOutput };
+
+// What the reduction reads: the value of source s at column c is values[row(s) * rowStride + c],
+// with row(s) = rows ? rows[s] : s, times weights[s] (converted exactly to the accumulation type)
+// when weights is set, times scale when scale != 1.
+struct SegmentSources {
+  const void* values = nullptr;
+  DataType type = DataType::kFloat32;
+  int64_t rowStride = 0;  // in elements
+  const int64_t* rows = nullptr;
+  const void* weights = nullptr;
+  DataType weightType = DataType::kFloat32;
+  double scale = 1.0;  // index_add's alpha, converted to the accumulation type
+};
+
+struct SegmentOutput {
+  void* values = nullptr;  // destinations x columns, rows rowStride apart
+  int64_t rowStride = 0;
+  int64_t columns = 1;
+  SegmentInit init = SegmentInit::kZero;
+  bool mean = false;
+};
+
+// Reduces plan's destinations into out. threads <= 0 uses the hardware's; the bits do not
+// depend on it. Float types and int32/int64 only.
+Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const SegmentOutput& out,
+                      int threads);
+
+}  // namespace detcoll::ops
