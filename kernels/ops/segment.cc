@@ -160,7 +160,7 @@ void reduceAll(const SegmentPlan& plan, const SegmentSources& in, const SegmentO
 }  // namespace
 
 Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
-                    SegmentPlan* plan, int64_t skip, bool useSkip) {
+                    SegmentPlan* plan, Skip skip) {
   if (n < 0 || destinations < 0) {
     return Status::invalidArgument(std::string(what) + ": negative size");
   }
@@ -169,7 +169,7 @@ Status planSegments(const int64_t* destination, int64_t n, int64_t destinations,
   }
   for (int64_t s = 0; s < n; ++s) {
     const int64_t d = destination[s];
-    if (useSkip && d == skip) continue;
+    if (skip(d)) continue;
     if (d < 0 || d >= destinations) {
       return Status::invalidArgument(std::string(what) + "[" + std::to_string(s) +
                                      "] = " + std::to_string(d) + " is out of range [0, " +
@@ -179,13 +179,13 @@ Status planSegments(const int64_t* destination, int64_t n, int64_t destinations,
   plan->destinations = destinations;
   plan->offsets.assign(static_cast<size_t>(destinations) + 1, 0);
   for (int64_t s = 0; s < n; ++s) {
-    if (!(useSkip && destination[s] == skip)) ++plan->offsets[destination[s] + 1];
+    if (!skip(destination[s])) ++plan->offsets[destination[s] + 1];
   }
   for (int64_t d = 0; d < destinations; ++d) plan->offsets[d + 1] += plan->offsets[d];
   plan->order.assign(static_cast<size_t>(plan->offsets[destinations]), 0);
   std::vector<int64_t> next(plan->offsets.begin(), plan->offsets.end() - 1);
   for (int64_t s = 0; s < n; ++s) {
-    if (!(useSkip && destination[s] == skip)) plan->order[next[destination[s]]++] = s;
+    if (!skip(destination[s])) plan->order[next[destination[s]]++] = s;
   }
   return Status::ok();
 }

@@ -34,11 +34,20 @@ struct SegmentPlan {
   std::vector<int64_t> order;    // one per source that has a destination
 };
 
-// A stable counting sort of destination[0 .. n) into [0, destinations). An entry equal to
-// `skip` (e.g. a padding index) has no destination; any other entry outside the range is an
-// error naming its position and value. `what` names the indices in messages ("index").
+// Entries that have no destination: one value (a padding index), or every negative one (as
+// TensorFlow's unsorted_segment_sum drops negative ids).
+struct Skip {
+  bool value = false;
+  int64_t which = 0;
+  bool negative = false;
+  bool operator()(int64_t d) const { return (value && d == which) || (negative && d < 0); }
+};
+
+// A stable counting sort of destination[0 .. n) into [0, destinations). An entry that `skip`
+// names has no destination; any other entry outside the range is an error naming its position
+// and value. `what` names the indices in messages ("index").
 Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
-                    SegmentPlan* plan, int64_t skip = -1, bool useSkip = false);
+                    SegmentPlan* plan, Skip skip = {});
 
 enum class SegmentInit { kZero, kOutput };
 

@@ -187,7 +187,7 @@ TEST(SegmentReduce, GatheredRowsAndSkippedSources) {
   const std::vector<int64_t> rows{1, 0, 1, 0, 1, 1};
   const std::vector<double> table{0.25, 0.5, 1.5, 3.0};  // 2 rows x 2 columns
   SegmentPlan plan;
-  ASSERT_TRUE(planSegments(dest.data(), 6, 3, "indices", &plan, -1, true).isOk());
+  ASSERT_TRUE(planSegments(dest.data(), 6, 3, "indices", &plan, Skip{true, -1, false}).isOk());
   EXPECT_EQ(plan.order, (std::vector<int64_t>{2, 0, 3, 5}));
   std::vector<double> out(6, 9.0);
   SegmentSources in;

@@ -1,0 +1,314 @@
+#include "kernels/ops/scatter.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <string>
+
+#include "kernels/ops/segment.h"
+
+namespace detcoll::ops {
+namespace {
+
+// The product of shape[from .. to), clamped to the shape.
+int64_t product(const Shape& shape, size_t from = 0, size_t to = SIZE_MAX) {
+  const auto end = shape.begin() + static_cast<std::ptrdiff_t>(std::min(to, shape.size()));
+  const auto begin = shape.begin() + static_cast<std::ptrdiff_t>(std::min(from, shape.size()));
+  return begin < end ? std::accumulate(begin, end, int64_t{1}, std::multiplies<int64_t>()) : 1;
+}
+
+std::string show(const Shape& shape) {
+  std::string s = "[";
+  for (size_t d = 0; d < shape.size(); ++d) s += (d > 0 ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+Status checkShape(const char* op, const char* what, const Shape& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return Status::invalidArgument(std::string(op) + ": " + what + " has a negative dimension " +
+                                     show(shape));
+    }
+  }
+  return Status::ok();
+}
+
+Status normalizeDim(const char* op, int* dim, size_t rank) {
+  const int r = static_cast<int>(std::max<size_t>(rank, 1));
+  if (*dim < -r || *dim >= r) {
+    return Status::invalidArgument(std::string(op) + ": dim " + std::to_string(*dim) +
+                                   " is out of range for a tensor of " + std::to_string(rank) +
+                                   " dimensions");
+  }
+  if (*dim < 0) *dim += r;
+  return Status::ok();
+}
+
+// 1 / count[index] per position, in the accumulation type's precision (float64 for float64,
+// float32 otherwise), for a reduction weight.
+struct Reciprocals {
+  std::vector<float> f;
+  std::vector<double> d;
+  const void* data(DataType t) const {
+    return t == DataType::kFloat64 ? static_cast<const void*>(d.data()) : f.data();
+  }
+  DataType type(DataType t) const {
+    return t == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
+  }
+  void push(DataType t, int64_t count) {
+    if (t == DataType::kFloat64) {
+      d.push_back(1.0 / static_cast<double>(count));
+    } else {
+      f.push_back(1.0f / static_cast<float>(count));
+    }
+  }
+};
+
+}  // namespace
+
+Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
+                  const Shape& indexShape, const void* src, const Shape& srcShape, int threads) {
+  const char* op = "scatter_add";
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "index", indexShape));
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "src", srcShape));
+  DETCOLL_RETURN_IF_ERROR(normalizeDim(op, &dim, selfShape.size()));
+  const size_t rank = selfShape.size();
+  if (indexShape.size() != rank || srcShape.size() != rank) {
+    return Status::invalidArgument(std::string(op) + ": self " + show(selfShape) + ", index " +
+                                   show(indexShape) + " and src " + show(srcShape) +
+                                   " must have the same number of dimensions");
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (indexShape[d] > srcShape[d] ||
+        (static_cast<int>(d) != dim && indexShape[d] > selfShape[d])) {
+      return Status::invalidArgument(std::string(op) + ": index " + show(indexShape) +
+                                     " is larger than src " + show(srcShape) + " or, outside dim " +
+                                     std::to_string(dim) + ", than self " + show(selfShape) +
+                                     " in dimension " + std::to_string(d));
+    }
+  }
+  const int64_t n = product(indexShape);
+  if (n == 0) return Status::ok();
+  // Every index position: its destination (self's flat offset) and its source (src's).
+  std::vector<int64_t> destination(n), source(n);
+  std::vector<int64_t> coordinate(rank, 0);
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t v = index[p];
+    if (v < 0 || v >= selfShape[dim]) {
+      return Status::invalidArgument(std::string(op) + ": index value " + std::to_string(v) +
+                                     " at position " + std::to_string(p) + " is out of range [0, " +
+                                     std::to_string(selfShape[dim]) + ") of dim " +
+                                     std::to_string(dim));
+    }
+    int64_t to = 0, from = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      to = to * selfShape[d] + (static_cast<int>(d) == dim ? v : coordinate[d]);
+      from = from * srcShape[d] + coordinate[d];
+    }
+    destination[p] = to;
+    source[p] = from;
+    for (size_t d = rank; d-- > 0;) {  // the next coordinate, row-major
+      if (++coordinate[d] < indexShape[d]) break;
+      coordinate[d] = 0;
+    }
+  }
+  SegmentPlan plan;
+  DETCOLL_RETURN_IF_ERROR(planSegments(destination.data(), n, product(selfShape), "index", &plan));
+  SegmentSources in;
+  in.values = src;
+  in.type = type;
+  in.rowStride = 1;
+  in.rows = source.data();
+  return reduceSegments(plan, in, SegmentOutput{self, 1, 1, SegmentInit::kOutput}, threads)
+      .prefixed(op);
+}
+
+Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
+                int64_t indexCount, const void* source, const Shape& sourceShape, double alpha,
+                int threads) {
+  const char* op = "index_add";
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "source", sourceShape));
+  DETCOLL_RETURN_IF_ERROR(normalizeDim(op, &dim, selfShape.size()));
+  bool fits = sourceShape.size() == selfShape.size() && indexCount >= 0;
+  for (size_t d = 0; fits && d < selfShape.size(); ++d) {
+    fits =
+        static_cast<int>(d) == dim ? sourceShape[d] == indexCount : sourceShape[d] == selfShape[d];
+  }
+  if (!fits) {
+    return Status::invalidArgument(std::string(op) + ": source " + show(sourceShape) +
+                                   " must be self " + show(selfShape) + " with dimension " +
+                                   std::to_string(dim) + " of the index's length " +
+                                   std::to_string(indexCount));
+  }
+  const int64_t m = selfShape.empty() ? 1 : selfShape[dim];
+  const int64_t outer = product(selfShape, 0, dim), inner = product(selfShape, dim + 1);
+  SegmentPlan plan;
+  DETCOLL_RETURN_IF_ERROR(planSegments(index, indexCount, m, "index", &plan).prefixed(op));
+  const size_t size = dataTypeSize(type);
+  for (int64_t o = 0; o < outer; ++o) {
+    SegmentSources in;
+    in.values = static_cast<const char*>(source) + o * indexCount * inner * size;
+    in.type = type;
+    in.rowStride = inner;
+    in.scale = alpha;
+    SegmentOutput out{static_cast<char*>(self) + o * m * inner * size, inner, inner,
+                      SegmentInit::kOutput};
+    DETCOLL_RETURN_IF_ERROR(reduceSegments(plan, in, out, threads).prefixed(op));
+  }
+  return Status::ok();
+}
+
+Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const void* data,
+                             const Shape& dataShape, const int64_t* segmentIds, int idDims,
+                             bool mean, int threads) {
+  const char* op = mean ? "unsorted_segment_mean" : "unsorted_segment_sum";
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "data", dataShape));
+  if (idDims < 0 || static_cast<size_t>(idDims) > dataShape.size() || segments < 0) {
+    return Status::invalidArgument(std::string(op) + ": segment_ids of " + std::to_string(idDims) +
+                                   " dimensions for data " + show(dataShape) + " and " +
+                                   std::to_string(segments) + " segments");
+  }
+  const int64_t n = product(dataShape, 0, idDims), row = product(dataShape, idDims);
+  SegmentPlan plan;
+  Skip negative;
+  negative.negative = true;
+  DETCOLL_RETURN_IF_ERROR(
+      planSegments(segmentIds, n, segments, "segment_ids", &plan, negative).prefixed(op));
+  SegmentSources in;
+  in.values = data;
+  in.type = type;
+  in.rowStride = row;
+  return reduceSegments(plan, in, SegmentOutput{out, row, row, SegmentInit::kZero, mean}, threads)
+      .prefixed(op);
+}
+
+Status embeddingBackward(void* gradWeight, int64_t numWeights, DataType type,
+                         const void* gradOutput, int64_t count, int64_t dim, const int64_t* indices,
+                         int64_t paddingIdx, bool scaleGradByFreq, int threads) {
+  const char* op = "embedding_backward";
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
+                                   dataTypeName(type));
+  }
+  if (numWeights < 0 || count < 0 || dim < 0) {
+    return Status::invalidArgument(std::string(op) + ": negative size");
+  }
+  Skip padding;
+  padding.value = paddingIdx >= 0;
+  padding.which = paddingIdx;
+  SegmentPlan plan;
+  DETCOLL_RETURN_IF_ERROR(
+      planSegments(indices, count, numWeights, "indices", &plan, padding).prefixed(op));
+  SegmentSources in;
+  in.values = gradOutput;
+  in.type = type;
+  in.rowStride = dim;
+  Reciprocals reciprocal;
+  if (scaleGradByFreq) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t k = indices[i];
+      reciprocal.push(type, padding(k) ? 1 : plan.offsets[k + 1] - plan.offsets[k]);
+    }
+    in.weights = reciprocal.data(type);
+    in.weightType = reciprocal.type(type);
+  }
+  return reduceSegments(plan, in, SegmentOutput{gradWeight, dim, dim, SegmentInit::kZero}, threads)
+      .prefixed(op);
+}
+
+Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
+                            const void* gradOutput, int64_t bags, int64_t dim,
+                            const int64_t* indices, int64_t count, const int64_t* offsets,
+                            bool mean, const void* perSampleWeights, int64_t paddingIdx,
+                            int threads) {
+  const char* op = "embedding_bag_backward";
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
+                                   dataTypeName(type));
+  }
+  if (numWeights < 0 || count < 0 || dim < 0 || bags < 0) {
+    return Status::invalidArgument(std::string(op) + ": negative size");
+  }
+  if (mean && perSampleWeights != nullptr) {
+    return Status::invalidArgument(std::string(op) +
+                                   ": per_sample_weights need mode sum, as in PyTorch");
+  }
+  // The bag of every position, from the offsets (non-decreasing, the first 0, all <= count).
+  std::vector<int64_t> bagOf(count);
+  for (int64_t b = 0; b < bags; ++b) {
+    const int64_t begin = offsets[b], end = b + 1 < bags ? offsets[b + 1] : count;
+    if ((b == 0 && begin != 0) || begin < 0 || end < begin || end > count) {
+      return Status::invalidArgument(
+          std::string(op) + ": offsets[" + std::to_string(b) + "] = " + std::to_string(begin) +
+          " breaks the rule 0 = offsets[0] <= offsets[1] <= ... <= " + std::to_string(count));
+    }
+    std::fill(bagOf.begin() + begin, bagOf.begin() + end, b);
+  }
+  if (bags == 0 && count > 0) {
+    return Status::invalidArgument(std::string(op) + ": indices but no bags");
+  }
+  Skip padding;
+  padding.value = paddingIdx >= 0;
+  padding.which = paddingIdx;
+  SegmentPlan plan;
+  DETCOLL_RETURN_IF_ERROR(
+      planSegments(indices, count, numWeights, "indices", &plan, padding).prefixed(op));
+  SegmentSources in;
+  in.values = gradOutput;
+  in.type = type;
+  in.rowStride = dim;
+  in.rows = bagOf.data();
+  Reciprocals reciprocal;
+  if (mean) {
+    std::vector<int64_t> size(bags, 0);
+    for (int64_t k = 0; k < count; ++k) size[bagOf[k]] += padding(indices[k]) ? 0 : 1;
+    for (int64_t k = 0; k < count; ++k) reciprocal.push(type, std::max<int64_t>(1, size[bagOf[k]]));
+    in.weights = reciprocal.data(type);
+    in.weightType = reciprocal.type(type);
+  } else if (perSampleWeights != nullptr) {
+    in.weights = perSampleWeights;
+    in.weightType = type;
+  }
+  return reduceSegments(plan, in, SegmentOutput{gradWeight, dim, dim, SegmentInit::kZero}, threads)
+      .prefixed(op);
+}
+
+Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
+                const void* weights, int64_t minlength, int threads) {
+  const char* op = "bincount";
+  if (count < 0 || minlength < 0 || outLength == nullptr) {
+    return Status::invalidArgument(std::string(op) + ": negative size or no outLength");
+  }
+  int64_t largest = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    if (input[i] < 0) {
+      return Status::invalidArgument(std::string(op) + ": input[" + std::to_string(i) +
+                                     "] = " + std::to_string(input[i]) + " is negative");
+    }
+    largest = std::max(largest, input[i]);
+  }
+  *outLength = std::max(minlength, largest + 1);
+  if (out == nullptr) return Status::ok();
+  SegmentPlan plan;
+  DETCOLL_RETURN_IF_ERROR(planSegments(input, count, *outLength, "input", &plan).prefixed(op));
+  SegmentSources in;
+  in.type = type;
+  if (weights != nullptr) {
+    in.values = weights;
+    in.rowStride = 1;
+  } else {  // counts: every source is 1
+    static const int64_t one = 1;
+    in.values = &one;
+    in.type = DataType::kInt64;
+    in.rowStride = 0;
+    if (type != DataType::kInt64) {
+      return Status::invalidArgument(std::string(op) + ": counts are int64");
+    }
+  }
+  return reduceSegments(plan, in, SegmentOutput{out, 1, 1, SegmentInit::kZero}, threads)
+      .prefixed(op);
+}
+
+}  // namespace detcoll::ops

@@ -1,0 +1,256 @@
+// kernels/ops/scatter.h: each op against the plain loop that defines it (every source added to
+// its destination in source order, float accumulation written out here), on random wide-range
+// float32 values with many duplicate indices; equal bits for 1 and 2 threads and for shuffled
+// inputs whose order the op does not see; the argument checks.
+
+#include "kernels/ops/scatter.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace detcoll::ops {
+namespace {
+
+std::vector<float> wide(size_t n, std::mt19937_64& g) {
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    x = static_cast<float>(std::ldexp(mantissa(g), exponent(g)) * (g() & 1 ? -1.0 : 1.0));
+  }
+  return v;
+}
+
+std::vector<int64_t> indices(size_t n, int64_t m, std::mt19937_64& g) {
+  std::uniform_int_distribution<int64_t> pick(0, m - 1);
+  std::vector<int64_t> v(n);
+  for (int64_t& x : v) x = pick(g);
+  return v;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+TEST(ScatterAdd, EveryDimMatchesTheLoopAndIgnoresThreads) {
+  std::mt19937_64 g(11);
+  const Shape self{7, 5, 6}, src{9, 6, 8}, index{9, 5, 6};  // index <= src; <= self off dim
+  for (int dim : {0, 1, 2, -1}) {
+    const int d = dim < 0 ? dim + 3 : dim;
+    Shape idx = index;
+    idx[d] = d == 0 ? 9 : (d == 1 ? 6 : 8);  // along dim the index may exceed self
+    if (d != 0) idx[0] = 7;
+    if (d != 1) idx[1] = 5;
+    if (d != 2) idx[2] = 6;
+    const int64_t n = idx[0] * idx[1] * idx[2];
+    const std::vector<int64_t> where = indices(n, self[d], g);
+    const std::vector<float> values = wide(9 * 6 * 8, g);
+    const std::vector<float> base = wide(7 * 5 * 6, g);
+    std::vector<float> expected = base;
+    for (int64_t i = 0; i < idx[0]; ++i)
+      for (int64_t j = 0; j < idx[1]; ++j)
+        for (int64_t k = 0; k < idx[2]; ++k) {
+          int64_t c[3] = {i, j, k};
+          const int64_t p = (i * idx[1] + j) * idx[2] + k;
+          const float v = values[(i * src[1] + j) * src[2] + k];
+          c[d] = where[p];
+          float& out = expected[(c[0] * self[1] + c[1]) * self[2] + c[2]];
+          out = out + v;
+        }
+    for (int threads : {1, 2}) {
+      std::vector<float> out = base;
+      ASSERT_TRUE(scatterAdd(out.data(), self, DataType::kFloat32, dim, where.data(), idx,
+                             values.data(), src, threads)
+                      .isOk());
+      EXPECT_TRUE(sameBits(out, expected)) << "dim " << dim << " threads " << threads;
+    }
+  }
+}
+
+TEST(IndexAdd, MiddleDimWithAlphaMatchesTheLoop) {
+  std::mt19937_64 g(12);
+  const Shape self{3, 40, 5};
+  const int64_t n = 500;
+  const Shape source{3, n, 5};
+  const std::vector<int64_t> where = indices(n, 40, g);
+  const std::vector<float> values = wide(3 * n * 5, g), base = wide(3 * 40 * 5, g);
+  for (double alpha : {1.0, -0.375}) {
+    std::vector<float> expected = base;
+    for (int64_t o = 0; o < 3; ++o)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < 5; ++k) {
+          float& out = expected[(o * 40 + where[i]) * 5 + k];
+          out = out + static_cast<float>(alpha) * values[(o * n + i) * 5 + k];
+        }
+    for (int threads : {1, 2}) {
+      std::vector<float> out = base;
+      ASSERT_TRUE(indexAdd(out.data(), self, DataType::kFloat32, 1, where.data(), n, values.data(),
+                           source, alpha, threads)
+                      .isOk());
+      EXPECT_TRUE(sameBits(out, expected)) << "alpha " << alpha << " threads " << threads;
+    }
+  }
+}
+
+TEST(UnsortedSegment, SumAndMeanDropNegativeIds) {
+  std::mt19937_64 g(13);
+  const int64_t n = 3000, segments = 11, row = 4;
+  std::vector<int64_t> ids = indices(n, segments + 2, g);
+  for (int64_t& id : ids) id -= 2;  // some -1 and -2: dropped
+  const std::vector<float> data = wide(n * row, g);
+  std::vector<float> sum(segments * row, 0.0f);
+  std::vector<int64_t> count(segments, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0) continue;
+    ++count[ids[i]];
+    for (int64_t c = 0; c < row; ++c) sum[ids[i] * row + c] += data[i * row + c];
+  }
+  std::vector<float> out(segments * row, 7.0f);
+  ASSERT_TRUE(unsortedSegmentReduce(out.data(), segments, DataType::kFloat32, data.data(), {n, row},
+                                    ids.data(), 1, false, 2)
+                  .isOk());
+  EXPECT_TRUE(sameBits(out, sum));
+  std::vector<float> mean = sum;
+  for (int64_t k = 0; k < segments; ++k)
+    for (int64_t c = 0; c < row; ++c)
+      mean[k * row + c] = count[k] ? sum[k * row + c] / static_cast<float>(count[k]) : 0.0f;
+  ASSERT_TRUE(unsortedSegmentReduce(out.data(), segments, DataType::kFloat32, data.data(), {n, row},
+                                    ids.data(), 1, true, 1)
+                  .isOk());
+  EXPECT_TRUE(sameBits(out, mean));
+  ids[17] = segments;
+  const Status s = unsortedSegmentReduce(out.data(), segments, DataType::kFloat32, data.data(),
+                                         {n, row}, ids.data(), 1, false, 1);
+  EXPECT_NE(s.message().find("unsorted_segment_sum: segment_ids[17] = 11 is out of range"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(Embedding, BackwardWithPaddingAndFrequencyScaling) {
+  std::mt19937_64 g(14);
+  const int64_t n = 4000, m = 30, dim = 8, padding = 3;
+  const std::vector<int64_t> idx = indices(n, m, g);
+  const std::vector<float> grad = wide(n * dim, g);
+  for (bool byFreq : {false, true}) {
+    std::vector<int64_t> freq(m, 0);
+    for (int64_t k : idx) ++freq[k];
+    std::vector<float> expected(m * dim, 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      if (idx[i] == padding) continue;
+      const float w = byFreq ? 1.0f / static_cast<float>(freq[idx[i]]) : 1.0f;
+      for (int64_t c = 0; c < dim; ++c) {
+        float& out = expected[idx[i] * dim + c];
+        out = byFreq ? out + w * grad[i * dim + c] : out + grad[i * dim + c];
+      }
+    }
+    for (int threads : {1, 2}) {
+      std::vector<float> out(m * dim, -1.0f);
+      ASSERT_TRUE(embeddingBackward(out.data(), m, DataType::kFloat32, grad.data(), n, dim,
+                                    idx.data(), padding, byFreq, threads)
+                      .isOk());
+      EXPECT_TRUE(sameBits(out, expected)) << "by frequency " << byFreq;
+    }
+  }
+}
+
+TEST(EmbeddingBag, SumMeanAndPerSampleWeights) {
+  std::mt19937_64 g(15);
+  const int64_t bags = 50, m = 20, dim = 4, padding = 5;
+  std::vector<int64_t> offsets{0};
+  for (int64_t b = 1; b < bags; ++b) offsets.push_back(offsets.back() + (g() % 9));  // some empty
+  const int64_t n = offsets.back() + 6;
+  const std::vector<int64_t> idx = indices(n, m, g);
+  const std::vector<float> grad = wide(bags * dim, g), psw = wide(n, g);
+  auto bagOf = [&](int64_t k) {
+    return static_cast<int64_t>(std::upper_bound(offsets.begin(), offsets.end(), k) -
+                                offsets.begin()) -
+           1;
+  };
+  for (int variant = 0; variant < 3; ++variant) {  // sum, sum with weights, mean
+    std::vector<int64_t> size(bags, 0);
+    for (int64_t k = 0; k < n; ++k) size[bagOf(k)] += idx[k] != padding;
+    std::vector<float> expected(m * dim, 0.0f);
+    for (int64_t k = 0; k < n; ++k) {
+      if (idx[k] == padding) continue;
+      const int64_t b = bagOf(k);
+      for (int64_t c = 0; c < dim; ++c) {
+        float& out = expected[idx[k] * dim + c];
+        const float v = grad[b * dim + c];
+        if (variant == 0) out = out + v;
+        if (variant == 1) out = out + psw[k] * v;
+        if (variant == 2)
+          out = out + (1.0f / static_cast<float>(std::max<int64_t>(1, size[b]))) * v;
+      }
+    }
+    std::vector<float> out(m * dim, 3.0f);
+    ASSERT_TRUE(embeddingBagBackward(out.data(), m, DataType::kFloat32, grad.data(), bags, dim,
+                                     idx.data(), n, offsets.data(), variant == 2,
+                                     variant == 1 ? psw.data() : nullptr, padding, 2)
+                    .isOk());
+    EXPECT_TRUE(sameBits(out, expected)) << "variant " << variant;
+  }
+  std::vector<int64_t> bad = offsets;
+  bad[3] = bad[2] - 1;
+  std::vector<float> out(m * dim);
+  const Status s = embeddingBagBackward(out.data(), m, DataType::kFloat32, grad.data(), bags, dim,
+                                        idx.data(), n, bad.data(), false, nullptr, -1, 1);
+  EXPECT_NE(s.message().find("offsets[2]"), std::string::npos) << s.message();
+}
+
+TEST(Bincount, WeightsAndCounts) {
+  std::mt19937_64 g(16);
+  const int64_t n = 10000;
+  const std::vector<int64_t> input = indices(n, 37, g);
+  const std::vector<float> weights = wide(n, g);
+  int64_t length = 0;
+  ASSERT_TRUE(bincount(nullptr, &length, DataType::kFloat32, input.data(), n, weights.data(), 50, 1)
+                  .isOk());
+  EXPECT_EQ(length, 50);
+  std::vector<float> expected(50, 0.0f), out(50, 1.0f);
+  for (int64_t i = 0; i < n; ++i) expected[input[i]] += weights[i];
+  ASSERT_TRUE(
+      bincount(out.data(), &length, DataType::kFloat32, input.data(), n, weights.data(), 50, 2)
+          .isOk());
+  EXPECT_TRUE(sameBits(out, expected));
+  std::vector<int64_t> counts(37, -1), expectedCounts(37, 0);
+  for (int64_t v : input) ++expectedCounts[v];
+  ASSERT_TRUE(
+      bincount(counts.data(), &length, DataType::kInt64, input.data(), n, nullptr, 0, 1).isOk());
+  EXPECT_EQ(counts, expectedCounts);
+  const std::vector<int64_t> negative{1, -2};
+  const Status s =
+      bincount(out.data(), &length, DataType::kFloat32, negative.data(), 2, weights.data(), 0, 1);
+  EXPECT_NE(s.message().find("bincount: input[1] = -2 is negative"), std::string::npos)
+      << s.message();
+}
+
+TEST(ScatterChecks, ShapesAndIndicesAreNamedAndTheOutputIsUntouched) {
+  std::vector<float> self(12, 1.0f), src(12, 2.0f);
+  const std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
+  Status s = scatterAdd(self.data(), {3, 4}, DataType::kFloat32, 0, idx.data(), {3, 4}, src.data(),
+                        {3, 4}, 1);
+  EXPECT_NE(s.message().find("index value 3 at position 3 is out of range [0, 3) of dim 0"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(self, std::vector<float>(12, 1.0f));
+  s = scatterAdd(self.data(), {3, 4}, DataType::kFloat32, 2, idx.data(), {3, 4}, src.data(), {3, 4},
+                 1);
+  EXPECT_NE(s.message().find("dim 2 is out of range"), std::string::npos) << s.message();
+  s = scatterAdd(self.data(), {3, 4}, DataType::kFloat32, 0, idx.data(), {3, 5}, src.data(), {3, 4},
+                 1);
+  EXPECT_NE(s.message().find("is larger than src"), std::string::npos) << s.message();
+  s = indexAdd(self.data(), {3, 4}, DataType::kFloat32, 0, idx.data(), 2, src.data(), {3, 4}, 1.0,
+               1);
+  EXPECT_NE(s.message().find("index_add: source [3, 4] must be self [3, 4]"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(self, std::vector<float>(12, 1.0f));
+}
+
+}  // namespace
+}  // namespace detcoll::ops
