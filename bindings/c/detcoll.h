@@ -203,6 +203,50 @@ DETCOLL_API detcoll_status_t detcoll_rng_counter_next(const char* name, uint64_t
 DETCOLL_API detcoll_status_t detcoll_rng_state_save(void* buf, size_t size, size_t* needed);
 DETCOLL_API detcoll_status_t detcoll_rng_state_restore(const void* buf, size_t size);
 
+/* Deterministic ops: the scatter family of the framework determinism guides, whose GPU kernels
+ * use atomicAdd. Each destination's sources are reduced in increasing source position, in float
+ * (float32, float16, bfloat16), double (float64) or int64 (integers), rounded once: the same bits
+ * for any number of threads (README, "Deterministic ops"). Host memory, contiguous row-major
+ * tensors; shapes are int64 arrays of ndim entries. A failure (an index out of range, shapes
+ * that do not fit, a dtype the op does not take) leaves the outputs untouched. Need no init.
+ * detcoll_ops_set_threads(0) (the default) uses every core. */
+DETCOLL_API detcoll_status_t detcoll_ops_set_threads(int threads);
+/* torch.Tensor.scatter_add_(dim, index, src), in place on self; all three have ndim dims. */
+DETCOLL_API detcoll_status_t detcoll_scatter_add(void* self, const int64_t* self_shape, int ndim,
+                                                 detcoll_dtype_t dtype, int dim,
+                                                 const int64_t* index, const int64_t* index_shape,
+                                                 const void* src, const int64_t* src_shape);
+/* torch.Tensor.index_add_(dim, index, source, alpha=alpha), in place on self. */
+DETCOLL_API detcoll_status_t detcoll_index_add(void* self, const int64_t* self_shape, int ndim,
+                                               detcoll_dtype_t dtype, int dim, const int64_t* index,
+                                               int64_t index_count, const void* source,
+                                               const int64_t* source_shape, double alpha);
+/* tf.math.unsorted_segment_sum (mean != 0: _mean): out is [segments] + data_shape[id_dims:];
+ * segment_ids has the shape data_shape[:id_dims]; negative ids are dropped. */
+DETCOLL_API detcoll_status_t detcoll_unsorted_segment_reduce(
+    void* out, int64_t segments, detcoll_dtype_t dtype, const void* data, const int64_t* data_shape,
+    int ndim, const int64_t* segment_ids, int id_dims, int mean);
+/* The backward of torch.nn.functional.embedding: grad_weight [num_weights, dim] from grad_output
+ * [count, dim] and indices [count]; padding_idx < 0: none. */
+DETCOLL_API detcoll_status_t detcoll_embedding_backward(void* grad_weight, int64_t num_weights,
+                                                        detcoll_dtype_t dtype,
+                                                        const void* grad_output, int64_t count,
+                                                        int64_t dim, const int64_t* indices,
+                                                        int64_t padding_idx,
+                                                        int scale_grad_by_freq);
+/* The backward of torch.nn.functional.embedding_bag, mode sum (mean = 0) or mean: grad_output
+ * [bags, dim], indices [count], offsets [bags] (include_last_offset false), per_sample_weights
+ * [count] or NULL (sum mode only). */
+DETCOLL_API detcoll_status_t detcoll_embedding_bag_backward(
+    void* grad_weight, int64_t num_weights, detcoll_dtype_t dtype, const void* grad_output,
+    int64_t bags, int64_t dim, const int64_t* indices, int64_t count, const int64_t* offsets,
+    int mean, const void* per_sample_weights, int64_t padding_idx);
+/* torch.bincount(input, weights, minlength): *out_length = max(minlength, max(input) + 1); out
+ * NULL asks for it. weights NULL counts (dtype int64). */
+DETCOLL_API detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_t dtype,
+                                              const int64_t* input, int64_t count,
+                                              const void* weights, int64_t minlength);
+
 #ifdef __cplusplus
 }
 #endif

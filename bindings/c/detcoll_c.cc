@@ -87,14 +87,6 @@ Status locateMemory(const void* pointer, int* device) {
   return Status::ok();
 }
 
-namespace {
-
-Mode currentMode() {
-  if (g_modeOverride) return *g_modeOverride;
-  return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
-}
-
-// Device memory needs the GPU data path, which this version's collectives do not have.
 Status checkHostMemory(const void* pointer, const char* what) {
   int device = -1;
   DETCOLL_RETURN_IF_ERROR(locateMemory(pointer, &device));
@@ -104,6 +96,15 @@ Status checkHostMemory(const void* pointer, const char* what) {
   }
   return Status::ok();
 }
+
+namespace {
+
+Mode currentMode() {
+  if (g_modeOverride) return *g_modeOverride;
+  return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
+}
+
+// Device memory needs the GPU data path, which this version's collectives do not have.
 
 Status initialize() {
   if (g_runtime) return Status::ok();

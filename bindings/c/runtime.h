@@ -55,4 +55,7 @@ Status initializeRandomState(Runtime& runtime);
 // without CUDA or on a machine without a GPU). An error when CUDA cannot tell.
 Status locateMemory(const void* pointer, int* device);
 
+// An error naming `what` when pointer is device memory.
+Status checkHostMemory(const void* pointer, const char* what);
+
 }  // namespace detcoll::capi

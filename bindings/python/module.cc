@@ -226,6 +226,75 @@ PYBIND11_MODULE(_detcoll, m) {
           return enqueued(s, h);
         });
 
+  // Deterministic ops: addresses and shapes, checked by the library.
+  m.def("ops_set_threads", [](int threads) { check(detcoll_ops_set_threads(threads)); });
+  m.def("scatter_add", [](uintptr_t self, const std::vector<int64_t>& selfShape, int dtype, int dim,
+                          uintptr_t index, const std::vector<int64_t>& indexShape, uintptr_t src,
+                          const std::vector<int64_t>& srcShape) {
+    if (indexShape.size() != selfShape.size() || srcShape.size() != selfShape.size()) {
+      throw py::value_error("scatter_add: shapes of different ranks");
+    }
+    blocking([&] {
+      return detcoll_scatter_add(ptr(self), selfShape.data(), static_cast<int>(selfShape.size()),
+                                 static_cast<detcoll_dtype_t>(dtype), dim,
+                                 static_cast<const int64_t*>(ptr(index)), indexShape.data(),
+                                 ptr(src), srcShape.data());
+    });
+  });
+  m.def("index_add", [](uintptr_t self, const std::vector<int64_t>& selfShape, int dtype, int dim,
+                        uintptr_t index, int64_t count, uintptr_t source,
+                        const std::vector<int64_t>& sourceShape, double alpha) {
+    if (sourceShape.size() != selfShape.size()) {
+      throw py::value_error("index_add: shapes of different ranks");
+    }
+    blocking([&] {
+      return detcoll_index_add(ptr(self), selfShape.data(), static_cast<int>(selfShape.size()),
+                               static_cast<detcoll_dtype_t>(dtype), dim,
+                               static_cast<const int64_t*>(ptr(index)), count, ptr(source),
+                               sourceShape.data(), alpha);
+    });
+  });
+  m.def("unsorted_segment_reduce",
+        [](uintptr_t out, int64_t segments, int dtype, uintptr_t data,
+           const std::vector<int64_t>& dataShape, uintptr_t ids, int idDims, bool mean) {
+          blocking([&] {
+            return detcoll_unsorted_segment_reduce(
+                ptr(out), segments, static_cast<detcoll_dtype_t>(dtype), ptr(data),
+                dataShape.data(), static_cast<int>(dataShape.size()),
+                static_cast<const int64_t*>(ptr(ids)), idDims, mean ? 1 : 0);
+          });
+        });
+  m.def("embedding_backward", [](uintptr_t gradWeight, int64_t numWeights, int dtype,
+                                 uintptr_t gradOutput, int64_t count, int64_t dim,
+                                 uintptr_t indices, int64_t paddingIdx, bool byFrequency) {
+    blocking([&] {
+      return detcoll_embedding_backward(
+          ptr(gradWeight), numWeights, static_cast<detcoll_dtype_t>(dtype), ptr(gradOutput), count,
+          dim, static_cast<const int64_t*>(ptr(indices)), paddingIdx, byFrequency ? 1 : 0);
+    });
+  });
+  m.def("embedding_bag_backward",
+        [](uintptr_t gradWeight, int64_t numWeights, int dtype, uintptr_t gradOutput, int64_t bags,
+           int64_t dim, uintptr_t indices, int64_t count, uintptr_t offsets, bool mean,
+           uintptr_t weights, int64_t paddingIdx) {
+          blocking([&] {
+            return detcoll_embedding_bag_backward(
+                ptr(gradWeight), numWeights, static_cast<detcoll_dtype_t>(dtype), ptr(gradOutput),
+                bags, dim, static_cast<const int64_t*>(ptr(indices)), count,
+                static_cast<const int64_t*>(ptr(offsets)), mean ? 1 : 0, ptr(weights), paddingIdx);
+          });
+        });
+  m.def("bincount", [](uintptr_t out, int dtype, uintptr_t input, int64_t count, uintptr_t weights,
+                       int64_t minlength) {
+    int64_t length = 0;
+    blocking([&] {
+      return detcoll_bincount(ptr(out), &length, static_cast<detcoll_dtype_t>(dtype),
+                              static_cast<const int64_t*>(ptr(input)), count, ptr(weights),
+                              minlength);
+    });
+    return length;
+  });
+
   // Seeds and random fills.
   m.def("rng_seed", [](uint64_t seed) { blocking([&] { return detcoll_rng_seed(seed); }); });
   m.def("rng_get_seed", [] {

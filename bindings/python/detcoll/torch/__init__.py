@@ -17,7 +17,7 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
-from detcoll.torch import rng  # noqa: F401  (keys and torch fills)
+from detcoll.torch import ops, rng  # noqa: F401  (deterministic ops; keys and fills)
 from detcoll.torch._tensors import DTYPES, checked_dtype
 from detcoll.torch.compression import Compression
 

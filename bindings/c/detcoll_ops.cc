@@ -1,0 +1,170 @@
+// The C API of the deterministic ops (kernels/ops/): host memory; device pointers are refused
+// with a clear error until the CUDA ops exist.
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "bindings/c/detcoll.h"
+#include "bindings/c/runtime.h"
+#include "kernels/ops/scatter.h"
+
+namespace detcoll::capi {
+namespace {
+
+std::atomic<int> g_opsThreads{0};
+
+// Checks that every buffer is host memory; the first one that is not is named.
+Status hostBuffers(const char* op, std::initializer_list<std::pair<const void*, const char*>> all) {
+  for (const auto& [pointer, what] : all) {
+    DETCOLL_RETURN_IF_ERROR(checkHostMemory(pointer, what).prefixed(op));
+  }
+  return Status::ok();
+}
+
+Status shapeOf(const char* op, const char* what, const int64_t* dims, int ndim, ops::Shape* shape) {
+  if (ndim < 0 || ndim > 16 || (ndim > 0 && dims == nullptr)) {
+    return Status::invalidArgument(std::string(op) + ": " + what + " needs 0 to 16 dimensions");
+  }
+  shape->assign(dims, dims + ndim);
+  return Status::ok();
+}
+
+Status typeOf(const char* op, detcoll_dtype_t dtype, DataType* type) {
+  if (!isValidDataType(static_cast<int>(dtype))) {
+    return Status::invalidArgument(std::string(op) + ": unknown dtype " +
+                                   std::to_string(static_cast<int>(dtype)));
+  }
+  *type = static_cast<DataType>(dtype);
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace detcoll::capi
+
+using namespace detcoll;
+using namespace detcoll::capi;
+
+extern "C" {
+
+detcoll_status_t detcoll_ops_set_threads(int threads) {
+  if (threads < 0) {
+    return finish(Status::invalidArgument("detcoll_ops_set_threads: threads is " +
+                                          std::to_string(threads) + "; 0 means every core"));
+  }
+  g_opsThreads = threads;
+  return DETCOLL_SUCCESS;
+}
+
+detcoll_status_t detcoll_scatter_add(void* self, const int64_t* self_shape, int ndim,
+                                     detcoll_dtype_t dtype, int dim, const int64_t* index,
+                                     const int64_t* index_shape, const void* src,
+                                     const int64_t* src_shape) {
+  const char* op = "scatter_add";
+  ops::Shape s, i, r;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = shapeOf(op, "self", self_shape, ndim, &s);
+  if (status.isOk()) status = shapeOf(op, "index", index_shape, ndim, &i);
+  if (status.isOk()) status = shapeOf(op, "src", src_shape, ndim, &r);
+  if (status.isOk()) status = hostBuffers(op, {{self, "self"}, {index, "index"}, {src, "src"}});
+  if (status.isOk()) status = ops::scatterAdd(self, s, type, dim, index, i, src, r, g_opsThreads);
+  return finish(status);
+}
+
+detcoll_status_t detcoll_index_add(void* self, const int64_t* self_shape, int ndim,
+                                   detcoll_dtype_t dtype, int dim, const int64_t* index,
+                                   int64_t index_count, const void* source,
+                                   const int64_t* source_shape, double alpha) {
+  const char* op = "index_add";
+  ops::Shape s, r;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = shapeOf(op, "self", self_shape, ndim, &s);
+  if (status.isOk()) status = shapeOf(op, "source", source_shape, ndim, &r);
+  if (status.isOk()) {
+    status = hostBuffers(op, {{self, "self"}, {index, "index"}, {source, "source"}});
+  }
+  if (status.isOk()) {
+    status = ops::indexAdd(self, s, type, dim, index, index_count, source, r, alpha, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_unsorted_segment_reduce(void* out, int64_t segments, detcoll_dtype_t dtype,
+                                                 const void* data, const int64_t* data_shape,
+                                                 int ndim, const int64_t* segment_ids, int id_dims,
+                                                 int mean) {
+  const char* op = mean ? "unsorted_segment_mean" : "unsorted_segment_sum";
+  ops::Shape d;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = shapeOf(op, "data", data_shape, ndim, &d);
+  if (status.isOk()) {
+    status = hostBuffers(op, {{out, "out"}, {data, "data"}, {segment_ids, "segment_ids"}});
+  }
+  if (status.isOk()) {
+    status = ops::unsortedSegmentReduce(out, segments, type, data, d, segment_ids, id_dims,
+                                        mean != 0, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_embedding_backward(void* grad_weight, int64_t num_weights,
+                                            detcoll_dtype_t dtype, const void* grad_output,
+                                            int64_t count, int64_t dim, const int64_t* indices,
+                                            int64_t padding_idx, int scale_grad_by_freq) {
+  const char* op = "embedding_backward";
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = hostBuffers(
+        op, {{grad_weight, "grad_weight"}, {grad_output, "grad_output"}, {indices, "indices"}});
+  }
+  if (status.isOk()) {
+    status = ops::embeddingBackward(grad_weight, num_weights, type, grad_output, count, dim,
+                                    indices, padding_idx, scale_grad_by_freq != 0, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_embedding_bag_backward(void* grad_weight, int64_t num_weights,
+                                                detcoll_dtype_t dtype, const void* grad_output,
+                                                int64_t bags, int64_t dim, const int64_t* indices,
+                                                int64_t count, const int64_t* offsets, int mean,
+                                                const void* per_sample_weights,
+                                                int64_t padding_idx) {
+  const char* op = "embedding_bag_backward";
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = hostBuffers(op, {{grad_weight, "grad_weight"},
+                              {grad_output, "grad_output"},
+                              {indices, "indices"},
+                              {offsets, "offsets"},
+                              {per_sample_weights, "per_sample_weights"}});
+  }
+  if (status.isOk()) {
+    status = ops::embeddingBagBackward(grad_weight, num_weights, type, grad_output, bags, dim,
+                                       indices, count, offsets, mean != 0, per_sample_weights,
+                                       padding_idx, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_t dtype,
+                                  const int64_t* input, int64_t count, const void* weights,
+                                  int64_t minlength) {
+  const char* op = "bincount";
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = hostBuffers(op, {{out, "out"}, {input, "input"}, {weights, "weights"}});
+  }
+  if (status.isOk()) {
+    status = ops::bincount(out, out_length, type, input, count, weights, minlength, g_opsThreads);
+  }
+  return finish(status);
+}
+
+}  // extern "C"

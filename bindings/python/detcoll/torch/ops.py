@@ -1,0 +1,271 @@
+"""detcoll.torch.ops: deterministic versions of the ops whose GPU kernels use atomicAdd, with the
+arguments of the PyTorch functions they replace.
+
+Each destination's contributions are reduced in increasing source position, accumulated in
+float (float32, float16, bfloat16), double (float64) or int64, and rounded once: the same bits
+run after run and for any number of threads (README, "Deterministic ops"). This version runs on
+CPU tensors; inputs may be non-contiguous (they are copied).
+
+    from detcoll.torch import ops
+    out = ops.scatter_add(x, 0, index, src)           # torch.scatter_add
+    y = ops.embedding(ids, weight, padding_idx=0)     # F.embedding, deterministic backward
+"""
+
+import torch
+
+import detcoll
+from detcoll import _detcoll
+from detcoll.torch._tensors import DTYPES
+
+__all__ = [
+    "set_num_threads", "scatter_add", "scatter_add_", "index_add", "index_add_",
+    "unsorted_segment_sum", "unsorted_segment_mean", "embedding", "embedding_bag",
+    "embedding_dense_backward", "embedding_bag_backward", "bincount",
+]
+
+
+def set_num_threads(threads):
+    """Threads for the CPU ops (0: every core). The bits do not depend on it."""
+    _detcoll.ops_set_threads(int(threads))
+
+
+def _values(tensor, op, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise detcoll.InvalidArgumentError(f"{op}: {what} is not a torch.Tensor")
+    if tensor.dtype not in DTYPES:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: {what} has dtype {tensor.dtype}; float32, float64, float16, bfloat16, int32 "
+            "and int64 are supported")
+    if tensor.device.type != "cpu":
+        raise detcoll.InvalidArgumentError(
+            f"{op}: {what} is on {tensor.device}; this version runs on CPU tensors")
+    return tensor.contiguous()
+
+
+def _indices(tensor, op, what):
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: {what} must be an int64 tensor, got "
+            f"{tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor)}")
+    if tensor.device.type != "cpu":
+        raise detcoll.InvalidArgumentError(f"{op}: {what} is on {tensor.device}")
+    return tensor.contiguous()
+
+
+def _same_dtype(op, a, b, what):
+    if a.dtype != b.dtype:
+        raise detcoll.InvalidArgumentError(f"{op}: {what} has dtype {b.dtype}, expected {a.dtype}")
+
+
+def _in_place(target, compute):
+    """Runs compute(contiguous) on target's values and writes the result back into target."""
+    work = target if target.is_contiguous() else target.contiguous()
+    compute(work)
+    if work is not target:
+        target.copy_(work)
+    return target
+
+
+# ---- scatter_add and index_add ----
+
+def scatter_add_(input, dim, index, src):
+    """input.scatter_add_(dim, index, src), deterministic."""
+    op = "scatter_add"
+    _values(input, op, "input")
+    src, index = _values(src, op, "src"), _indices(index, op, "index")
+    _same_dtype(op, input, src, "src")
+
+    def compute(out):
+        _detcoll.scatter_add(out.data_ptr(), list(out.shape), DTYPES[out.dtype], int(dim),
+                             index.data_ptr(), list(index.shape), src.data_ptr(),
+                             list(src.shape))
+    return _in_place(input, compute)
+
+
+def scatter_add(input, dim, index, src):
+    """torch.scatter_add(input, dim, index, src), deterministic."""
+    return scatter_add_(_values(input, "scatter_add", "input").clone(), dim, index, src)
+
+
+def index_add_(input, dim, index, source, alpha=1):
+    """input.index_add_(dim, index, source, alpha=alpha), deterministic."""
+    op = "index_add"
+    _values(input, op, "input")
+    source, index = _values(source, op, "source"), _indices(index, op, "index")
+    _same_dtype(op, input, source, "source")
+    if index.dim() > 1:
+        raise detcoll.InvalidArgumentError(f"{op}: index must be 1-D, got {tuple(index.shape)}")
+
+    def compute(out):
+        _detcoll.index_add(out.data_ptr(), list(out.shape), DTYPES[out.dtype], int(dim),
+                           index.data_ptr(), index.numel(), source.data_ptr(),
+                           list(source.shape), float(alpha))
+    return _in_place(input, compute)
+
+
+def index_add(input, dim, index, source, alpha=1):
+    """torch.index_add(input, dim, index, source, alpha=alpha), deterministic."""
+    return index_add_(_values(input, "index_add", "input").clone(), dim, index, source, alpha)
+
+
+# ---- segment reductions and bincount ----
+
+def _segment(data, segment_ids, num_segments, mean):
+    op = "unsorted_segment_mean" if mean else "unsorted_segment_sum"
+    data, ids = _values(data, op, "data"), _indices(segment_ids, op, "segment_ids")
+    if tuple(data.shape[:ids.dim()]) != tuple(ids.shape):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: segment_ids {tuple(ids.shape)} must be a prefix of data's shape "
+            f"{tuple(data.shape)}")
+    out = torch.empty((int(num_segments),) + tuple(data.shape[ids.dim():]), dtype=data.dtype)
+    _detcoll.unsorted_segment_reduce(out.data_ptr(), int(num_segments), DTYPES[data.dtype],
+                                     data.data_ptr(), list(data.shape), ids.data_ptr(), ids.dim(),
+                                     mean)
+    return out
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments):
+    """tf.math.unsorted_segment_sum: out[k] = sum of data[i] with segment_ids[i] == k (negative
+    ids dropped)."""
+    return _segment(data, segment_ids, num_segments, False)
+
+
+def unsorted_segment_mean(data, segment_ids, num_segments):
+    """tf.math.unsorted_segment_mean (an empty segment is 0)."""
+    return _segment(data, segment_ids, num_segments, True)
+
+
+def bincount(input, weights=None, minlength=0):
+    """torch.bincount(input, weights, minlength), deterministic with weights."""
+    op = "bincount"
+    input = _indices(input, op, "input")
+    if input.dim() != 1:
+        raise detcoll.InvalidArgumentError(f"{op}: input must be 1-D, got {tuple(input.shape)}")
+    if weights is not None:
+        weights = _values(weights, op, "weights")
+        if weights.shape != input.shape:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: weights {tuple(weights.shape)} and input {tuple(input.shape)} differ")
+    dtype = weights.dtype if weights is not None else torch.int64
+    wptr = weights.data_ptr() if weights is not None else 0
+    length = _detcoll.bincount(0, DTYPES[dtype], input.data_ptr(), input.numel(), wptr,
+                               int(minlength))
+    out = torch.empty(length, dtype=dtype)
+    _detcoll.bincount(out.data_ptr(), DTYPES[dtype], input.data_ptr(), input.numel(), wptr,
+                      int(minlength))
+    return out
+
+
+# ---- embedding and embedding_bag ----
+
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx=-1,
+                             scale_grad_by_freq=False):
+    """aten's embedding_dense_backward: the weight's gradient, deterministic."""
+    op = "embedding_backward"
+    indices = _indices(indices, op, "indices").reshape(-1)
+    grad = _values(grad_output, op, "grad_output")
+    dim = grad.shape[-1] if grad.dim() else 1
+    if grad.numel() != indices.numel() * dim:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: grad_output {tuple(grad.shape)} does not match indices of "
+            f"{indices.numel()} elements")
+    out = torch.empty((int(num_weights), dim), dtype=grad.dtype)
+    _detcoll.embedding_backward(out.data_ptr(), int(num_weights), DTYPES[grad.dtype],
+                                grad.data_ptr(), indices.numel(), dim, indices.data_ptr(),
+                                -1 if padding_idx is None else int(padding_idx),
+                                bool(scale_grad_by_freq))
+    return out
+
+
+class _Embedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, weight, padding_idx, scale_grad_by_freq):
+        ctx.save_for_backward(input)
+        ctx.num_weights, ctx.padding_idx = weight.shape[0], padding_idx
+        ctx.scale_grad_by_freq = scale_grad_by_freq
+        return torch.nn.functional.embedding(input, weight, padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, = ctx.saved_tensors
+        return (None, embedding_dense_backward(grad, input, ctx.num_weights, ctx.padding_idx,
+                                               ctx.scale_grad_by_freq), None, None)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """torch.nn.functional.embedding with a deterministic backward (dense gradients only)."""
+    if max_norm is not None or sparse:
+        raise detcoll.InvalidArgumentError(
+            "embedding: max_norm and sparse gradients are not supported")
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += weight.shape[0]
+    return _Embedding.apply(input, weight, -1 if padding_idx is None else padding_idx,
+                            scale_grad_by_freq)
+
+
+def embedding_bag_backward(grad_output, indices, offsets, num_weights, mode="sum",
+                           per_sample_weights=None, padding_idx=-1):
+    """The weight's gradient of embedding_bag (mode sum or mean), deterministic."""
+    op = "embedding_bag_backward"
+    if mode not in ("sum", "mean"):
+        raise detcoll.InvalidArgumentError(f"{op}: mode {mode!r}; sum and mean are supported")
+    grad = _values(grad_output, op, "grad_output")
+    indices, offsets = _indices(indices, op, "indices"), _indices(offsets, op, "offsets")
+    if grad.dim() != 2 or grad.shape[0] != offsets.numel():
+        raise detcoll.InvalidArgumentError(
+            f"{op}: grad_output {tuple(grad.shape)} must be [bags, dim] with bags = "
+            f"{offsets.numel()} offsets")
+    weights = 0
+    if per_sample_weights is not None:
+        per_sample_weights = _values(per_sample_weights, op, "per_sample_weights")
+        _same_dtype(op, grad, per_sample_weights, "per_sample_weights")
+        weights = per_sample_weights.data_ptr()
+    out = torch.empty((int(num_weights), grad.shape[1]), dtype=grad.dtype)
+    _detcoll.embedding_bag_backward(out.data_ptr(), int(num_weights), DTYPES[grad.dtype],
+                                    grad.data_ptr(), offsets.numel(), grad.shape[1],
+                                    indices.data_ptr(), indices.numel(), offsets.data_ptr(),
+                                    mode == "mean", weights,
+                                    -1 if padding_idx is None else int(padding_idx))
+    return out
+
+
+class _EmbeddingBag(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, weight, offsets, mode, per_sample_weights, padding_idx):
+        ctx.save_for_backward(input, offsets, per_sample_weights)
+        ctx.num_weights, ctx.mode, ctx.padding_idx = weight.shape[0], mode, padding_idx
+        return torch.nn.functional.embedding_bag(
+            input, weight, offsets, mode=mode, per_sample_weights=per_sample_weights,
+            padding_idx=None if padding_idx < 0 else padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, offsets, per_sample_weights = ctx.saved_tensors
+        return (None, embedding_bag_backward(grad, input, offsets, ctx.num_weights, ctx.mode,
+                                             per_sample_weights, ctx.padding_idx),
+                None, None, None, None)
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
+                  scale_grad_by_freq=False, mode="mean", sparse=False, per_sample_weights=None,
+                  include_last_offset=False, padding_idx=None):
+    """torch.nn.functional.embedding_bag (1-D input with offsets, or 2-D input of equal bags),
+    mode sum or mean, with a deterministic backward for the weight."""
+    if max_norm is not None or sparse or scale_grad_by_freq or include_last_offset:
+        raise detcoll.InvalidArgumentError(
+            "embedding_bag: max_norm, sparse, scale_grad_by_freq and include_last_offset are "
+            "not supported")
+    if per_sample_weights is not None and per_sample_weights.requires_grad:
+        raise detcoll.InvalidArgumentError(
+            "embedding_bag: gradients for per_sample_weights are not supported")
+    if input.dim() == 2:
+        bags, width = input.shape
+        offsets = torch.arange(0, bags * width, width, dtype=torch.int64)
+        input = input.reshape(-1)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += weight.shape[0]
+    return _EmbeddingBag.apply(input, weight, offsets, mode, per_sample_weights,
+                               -1 if padding_idx is None else padding_idx)
