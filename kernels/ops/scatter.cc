@@ -90,10 +90,15 @@ Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, co
   }
   const int64_t n = product(indexShape);
   if (n == 0) return Status::ok();
-  // Every index position: its destination (self's flat offset) and its source (src's).
-  std::vector<int64_t> destination(n), source(n);
+  // Every index position: its destination (self's flat offset) and its source (src's, kept
+  // only where src is shaped differently from index).
+  const bool sameShape = indexShape == srcShape;
+  std::vector<int64_t> destination(rank == 1 ? 0 : n), source(sameShape ? 0 : n);
   std::vector<int64_t> coordinate(rank, 0);
-  for (int64_t p = 0; p < n; ++p) {
+  if (rank == 1) {  // the index is the destination: only check it
+    DETCOLL_RETURN_IF_ERROR(checkSegments(index, n, selfShape[0], "index").prefixed(op));
+  }
+  for (int64_t p = 0; rank > 1 && p < n; ++p) {
     const int64_t v = index[p];
     if (v < 0 || v >= selfShape[dim]) {
       return Status::invalidArgument(std::string(op) + ": index value " + std::to_string(v) +
@@ -107,20 +112,19 @@ Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, co
       from = from * srcShape[d] + coordinate[d];
     }
     destination[p] = to;
-    source[p] = from;
+    if (!sameShape) source[p] = from;
     for (size_t d = rank; d-- > 0;) {  // the next coordinate, row-major
       if (++coordinate[d] < indexShape[d]) break;
       coordinate[d] = 0;
     }
   }
-  SegmentPlan plan;
-  DETCOLL_RETURN_IF_ERROR(planSegments(destination.data(), n, product(selfShape), "index", &plan));
   SegmentSources in;
   in.values = src;
   in.type = type;
   in.rowStride = 1;
-  in.rows = source.data();
-  return reduceSegments(plan, in, SegmentOutput{self, 1, 1, SegmentInit::kOutput}, threads)
+  in.rows = sameShape ? nullptr : source.data();
+  return scatterReduce(rank == 1 ? index : destination.data(), n, product(selfShape), Skip{}, in,
+                       SegmentOutput{self, 1, 1, SegmentInit::kOutput}, threads)
       .prefixed(op);
 }
 
@@ -144,8 +148,7 @@ Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, cons
   }
   const int64_t m = selfShape.empty() ? 1 : selfShape[dim];
   const int64_t outer = product(selfShape, 0, dim), inner = product(selfShape, dim + 1);
-  SegmentPlan plan;
-  DETCOLL_RETURN_IF_ERROR(planSegments(index, indexCount, m, "index", &plan).prefixed(op));
+  DETCOLL_RETURN_IF_ERROR(checkSegments(index, indexCount, m, "index").prefixed(op));
   const size_t size = dataTypeSize(type);
   for (int64_t o = 0; o < outer; ++o) {
     SegmentSources in;
@@ -155,7 +158,8 @@ Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, cons
     in.scale = alpha;
     SegmentOutput out{static_cast<char*>(self) + o * m * inner * size, inner, inner,
                       SegmentInit::kOutput};
-    DETCOLL_RETURN_IF_ERROR(reduceSegments(plan, in, out, threads).prefixed(op));
+    DETCOLL_RETURN_IF_ERROR(
+        scatterReduce(index, indexCount, m, Skip{}, in, out, threads).prefixed(op));
   }
   return Status::ok();
 }
@@ -171,16 +175,16 @@ Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const v
                                    std::to_string(segments) + " segments");
   }
   const int64_t n = product(dataShape, 0, idDims), row = product(dataShape, idDims);
-  SegmentPlan plan;
   Skip negative;
   negative.negative = true;
   DETCOLL_RETURN_IF_ERROR(
-      planSegments(segmentIds, n, segments, "segment_ids", &plan, negative).prefixed(op));
+      checkSegments(segmentIds, n, segments, "segment_ids", negative).prefixed(op));
   SegmentSources in;
   in.values = data;
   in.type = type;
   in.rowStride = row;
-  return reduceSegments(plan, in, SegmentOutput{out, row, row, SegmentInit::kZero, mean}, threads)
+  return scatterReduce(segmentIds, n, segments, negative, in,
+                       SegmentOutput{out, row, row, SegmentInit::kZero, mean}, threads)
       .prefixed(op);
 }
 
@@ -198,23 +202,26 @@ Status embeddingBackward(void* gradWeight, int64_t numWeights, DataType type,
   Skip padding;
   padding.value = paddingIdx >= 0;
   padding.which = paddingIdx;
-  SegmentPlan plan;
   DETCOLL_RETURN_IF_ERROR(
-      planSegments(indices, count, numWeights, "indices", &plan, padding).prefixed(op));
+      checkSegments(indices, count, numWeights, "indices", padding).prefixed(op));
   SegmentSources in;
   in.values = gradOutput;
   in.type = type;
   in.rowStride = dim;
   Reciprocals reciprocal;
   if (scaleGradByFreq) {
+    std::vector<int64_t> frequency(numWeights, 0);
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t k = indices[i];
-      reciprocal.push(type, padding(k) ? 1 : plan.offsets[k + 1] - plan.offsets[k]);
+      if (!padding(indices[i])) ++frequency[indices[i]];
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      reciprocal.push(type, padding(indices[i]) ? 1 : frequency[indices[i]]);
     }
     in.weights = reciprocal.data(type);
     in.weightType = reciprocal.type(type);
   }
-  return reduceSegments(plan, in, SegmentOutput{gradWeight, dim, dim, SegmentInit::kZero}, threads)
+  return scatterReduce(indices, count, numWeights, padding, in,
+                       SegmentOutput{gradWeight, dim, dim, SegmentInit::kZero}, threads)
       .prefixed(op);
 }
 
@@ -252,9 +259,8 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
   Skip padding;
   padding.value = paddingIdx >= 0;
   padding.which = paddingIdx;
-  SegmentPlan plan;
   DETCOLL_RETURN_IF_ERROR(
-      planSegments(indices, count, numWeights, "indices", &plan, padding).prefixed(op));
+      checkSegments(indices, count, numWeights, "indices", padding).prefixed(op));
   SegmentSources in;
   in.values = gradOutput;
   in.type = type;
@@ -271,7 +277,8 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
     in.weights = perSampleWeights;
     in.weightType = type;
   }
-  return reduceSegments(plan, in, SegmentOutput{gradWeight, dim, dim, SegmentInit::kZero}, threads)
+  return scatterReduce(indices, count, numWeights, padding, in,
+                       SegmentOutput{gradWeight, dim, dim, SegmentInit::kZero}, threads)
       .prefixed(op);
 }
 
@@ -291,8 +298,6 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
   }
   *outLength = std::max(minlength, largest + 1);
   if (out == nullptr) return Status::ok();
-  SegmentPlan plan;
-  DETCOLL_RETURN_IF_ERROR(planSegments(input, count, *outLength, "input", &plan).prefixed(op));
   SegmentSources in;
   in.type = type;
   if (weights != nullptr) {
@@ -307,7 +312,8 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
       return Status::invalidArgument(std::string(op) + ": counts are int64");
     }
   }
-  return reduceSegments(plan, in, SegmentOutput{out, 1, 1, SegmentInit::kZero}, threads)
+  return scatterReduce(input, count, *outLength, Skip{}, in,
+                       SegmentOutput{out, 1, 1, SegmentInit::kZero}, threads)
       .prefixed(op);
 }
 

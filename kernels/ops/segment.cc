@@ -157,10 +157,133 @@ void reduceAll(const SegmentPlan& plan, const SegmentSources& in, const SegmentO
   for (std::thread& w : workers) w.join();
 }
 
+// The one-pass formulation for destinations [first, last).
+template <typename T>
+void scatterRange(const int64_t* destination, int64_t n, Skip skip, const SegmentSources& in,
+                  const SegmentOutput& out, int64_t first, int64_t last) {
+  using A = typename Acc<T>::type;
+  constexpr bool kInPlace = std::is_same_v<T, A>;  // the output is its own accumulator
+  const T* values = static_cast<const T*>(in.values);
+  T* result = static_cast<T*>(out.values);
+  const int64_t columns = out.columns, width = last - first;
+  const bool scaled = in.scale != 1.0;
+  const A scale = static_cast<A>(in.scale);
+  // Counts are needed for a mean, and to leave a 16-bit output's untouched rows as they are.
+  const bool counting = out.mean || !kInPlace;
+  std::vector<int64_t> count(counting ? static_cast<size_t>(width) : 0, 0);
+  std::vector<A> buffer(kInPlace ? 0 : static_cast<size_t>(width * columns));
+  auto accumulator = [&](int64_t d) -> A* {
+    if constexpr (kInPlace) {
+      return result + d * out.rowStride;
+    } else {
+      return buffer.data() + (d - first) * columns;
+    }
+  };
+  for (int64_t d = first; d < last; ++d) {
+    A* acc = accumulator(d);
+    const T* row = result + d * out.rowStride;
+    for (int64_t c = 0; c < columns; ++c) {
+      acc[c] = out.init == SegmentInit::kOutput ? widen(row[c]) : A{};
+    }
+  }
+  const bool plain = !counting && columns == 1 && in.rows == nullptr && in.weights == nullptr &&
+                     !scaled && !skip.value && !skip.negative;
+  if constexpr (kInPlace) {
+    if (plain) {  // one value a source, added in place: the loop at its simplest
+      for (int64_t s = 0; s < n; ++s) {
+        const int64_t d = destination[s];
+        if (d >= first && d < last) {
+          A& acc = result[d * out.rowStride];
+          acc = add(acc, values[s * in.rowStride]);
+        }
+      }
+      return;
+    }
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t d = destination[s];
+    if (d < first || d >= last || skip(d)) continue;
+    if (counting) ++count[d - first];
+    A* acc = accumulator(d);
+    const T* source = values + (in.rows != nullptr ? in.rows[s] : s) * in.rowStride;
+    if (in.weights == nullptr && !scaled) {
+      for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], widen(source[c]));
+    } else {
+      A w = in.weights != nullptr ? weightAt<A>(in.weights, in.weightType, s) : A{1};
+      if (scaled) w = in.weights != nullptr ? multiply(w, scale) : scale;
+      for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], multiply(w, widen(source[c])));
+    }
+  }
+  if (!counting) return;  // the output was the accumulator
+  for (int64_t d = first; d < last; ++d) {
+    const int64_t k = count[d - first];
+    T* row = result + d * out.rowStride;
+    const A* acc = accumulator(d);
+    if (k == 0 && out.init == SegmentInit::kOutput) continue;  // unchanged, bit for bit
+    for (int64_t c = 0; c < columns; ++c) {
+      if (out.mean) {
+        row[c] = k == 0 ? narrow<T>(A{}) : narrow<T>(acc[c] / static_cast<A>(k));
+      } else if constexpr (!kInPlace) {
+        row[c] = narrow<T>(acc[c]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void scatterAll(const int64_t* destination, int64_t n, int64_t m, Skip skip,
+                const SegmentSources& in, const SegmentOutput& out, int threads) {
+  const int64_t work = n * out.columns + m;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(std::min<int64_t>({threads, 1 + work / (256 << 10), m}));
+  if (threads <= 1) {
+    scatterRange<T>(destination, n, skip, in, out, 0, m);
+    return;
+  }
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) {
+    workers.emplace_back(scatterRange<T>, destination, n, skip, std::cref(in), std::cref(out),
+                         m * t / threads, m * (t + 1) / threads);
+  }
+  scatterRange<T>(destination, n, skip, in, out, 0, m / threads);
+  for (std::thread& w : workers) w.join();
+}
+
 }  // namespace
 
-Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
-                    SegmentPlan* plan, Skip skip) {
+Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations, Skip skip,
+                     const SegmentSources& in, const SegmentOutput& out, int threads) {
+  if (destinations > 0 && out.values == nullptr) {
+    return Status::invalidArgument("the output is null");
+  }
+  if (n > 0 && out.columns > 0 && in.values == nullptr) {
+    return Status::invalidArgument("the source values are null");
+  }
+  switch (in.type) {
+    case DataType::kFloat32:
+      scatterAll<float>(destination, n, destinations, skip, in, out, threads);
+      break;
+    case DataType::kFloat64:
+      scatterAll<double>(destination, n, destinations, skip, in, out, threads);
+      break;
+    case DataType::kFloat16:
+      scatterAll<Half>(destination, n, destinations, skip, in, out, threads);
+      break;
+    case DataType::kBFloat16:
+      scatterAll<BFloat16>(destination, n, destinations, skip, in, out, threads);
+      break;
+    case DataType::kInt32:
+      scatterAll<int32_t>(destination, n, destinations, skip, in, out, threads);
+      break;
+    case DataType::kInt64:
+      scatterAll<int64_t>(destination, n, destinations, skip, in, out, threads);
+      break;
+  }
+  return Status::ok();
+}
+
+Status checkSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
+                     Skip skip) {
   if (n < 0 || destinations < 0) {
     return Status::invalidArgument(std::string(what) + ": negative size");
   }
@@ -176,6 +299,12 @@ Status planSegments(const int64_t* destination, int64_t n, int64_t destinations,
                                      std::to_string(destinations) + ")");
     }
   }
+  return Status::ok();
+}
+
+Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
+                    SegmentPlan* plan, Skip skip) {
+  DETCOLL_RETURN_IF_ERROR(checkSegments(destination, n, destinations, what, skip));
   plan->destinations = destinations;
   plan->offsets.assign(static_cast<size_t>(destinations) + 1, 0);
   for (int64_t s = 0; s < n; ++s) {

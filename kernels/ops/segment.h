@@ -49,6 +49,10 @@ struct Skip {
 Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
                     SegmentPlan* plan, Skip skip = {});
 
+// The range checks of planSegments alone.
+Status checkSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
+                     Skip skip = {});
+
 enum class SegmentInit { kZero, kOutput };
 
 // What the reduction reads: the value of source s at column c is values[row(s) * rowStride + c],
@@ -72,9 +76,17 @@ struct SegmentOutput {
   bool mean = false;
 };
 
-// Reduces plan's destinations into out. threads <= 0 uses the hardware's; the bits do not
-// depend on it. Float types and int32/int64 only.
+// Reduces plan's destinations into out: the sorted formulation (that of a GPU, where each
+// destination's run of sources is reduced by its own threads). threads <= 0 uses the hardware's;
+// the bits do not depend on it.
 Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const SegmentOutput& out,
                       int threads);
+
+// The same bits in one pass over the sources in order, each added to its destination's
+// accumulator (the output itself where the dtype is its own accumulation type): the CPU's
+// formulation, with no sort and sequential reads of the sources. Threads split the destinations
+// and each scans every source. destination[] must have passed checkSegments.
+Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations, Skip skip,
+                     const SegmentSources& in, const SegmentOutput& out, int threads);
 
 }  // namespace detcoll::ops

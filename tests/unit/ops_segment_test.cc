@@ -141,6 +141,12 @@ void checkType(uint64_t seed) {
         ASSERT_TRUE(reduceSegments(plan, in, o, threads).isOk());
         EXPECT_TRUE(sameBits(out, expected)) << "n " << n << " m " << m << " columns " << columns
                                              << " variant " << variant << " threads " << threads;
+        // The one-pass formulation gives the same bits.
+        std::vector<T> direct = fromInit ? init : std::vector<T>(m * columns);
+        o.values = direct.data();
+        ASSERT_TRUE(scatterReduce(dest.data(), n, m, Skip{}, in, o, threads).isOk());
+        EXPECT_TRUE(sameBits(direct, expected)) << "one pass: n " << n << " m " << m << " variant "
+                                                << variant << " threads " << threads;
       }
     }
   }

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""detcoll.torch.ops on the CPU beside the PyTorch CPU op it replaces, same inputs, same run.
+
+    python3 tests/bench/ops_bench.py [--threads 1] [--repeats 5]
+
+Each op runs alternately with its PyTorch peer, best of --repeats; ratio = peer time / detcoll
+time (above 1: detcoll is faster). #wrong counts elements of detcoll's result that differ from
+the peer's by more than the float32 tolerance 1e-4 * (1 + |peer|) (the summation orders differ
+where PyTorch's is not the sequential one).
+"""
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from detcoll.torch import ops
+
+
+def wide(n, g, dtype=torch.float32):
+    mantissa = torch.rand(n, generator=g, dtype=torch.float64) + 1.0
+    exponent = torch.randint(-4, 5, (n,), generator=g).double()
+    sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double()
+    return (sign * mantissa * torch.pow(2.0, exponent)).to(dtype)
+
+
+def best(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), out
+
+
+def embedding_grad(fn, ids, weight, **kw):
+    def run():
+        w = weight.detach().requires_grad_()
+        fn(ids, w, **kw).sum().backward()
+        return w.grad
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--updates", type=int, default=10**7)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    ops.set_num_threads(args.threads)
+    g = torch.Generator().manual_seed(7)
+    n = args.updates
+    cases = []
+    src = wide(n, g)
+    index = torch.randint(0, 10**5, (n,), generator=g)
+    base = torch.zeros(10**5)
+    cases.append((f"scatter_add 1-D, {n:.0e} updates -> 1e5", lambda: ops.scatter_add(
+        base, 0, index, src), lambda: torch.scatter_add(base, 0, index, src)))
+    rows = wide(n // 64 * 64, g).reshape(-1, 64)
+    rindex = torch.randint(0, 1000, (rows.shape[0],), generator=g)
+    table = torch.zeros(1000, 64)
+    cases.append((f"index_add dim 0, {rows.shape[0]:.0e} rows x 64 -> 1000",
+                  lambda: ops.index_add(table, 0, rindex, rows),
+                  lambda: torch.index_add(table, 0, rindex, rows)))
+    weight = wide(30000 * 64, g).reshape(30000, 64)
+    ids = torch.randint(0, 30000, (n // 64,), generator=g)
+    cases.append((f"embedding backward, {ids.numel():.0e} lookups x 64",
+                  embedding_grad(ops.embedding, ids, weight),
+                  embedding_grad(F.embedding, ids, weight)))
+    bags = ids[: ids.numel() // 16 * 16].reshape(-1, 16)
+    cases.append((f"embedding_bag(mean) backward, {bags.shape[0]:.0e} bags of 16",
+                  embedding_grad(ops.embedding_bag, bags, weight, mode="mean"),
+                  embedding_grad(F.embedding_bag, bags, weight, mode="mean")))
+    values = wide(n, g)
+    bins = torch.randint(0, 1000, (n,), generator=g)
+    cases.append((f"bincount with weights, {n:.0e} -> 1000", lambda: ops.bincount(bins, values),
+                  lambda: torch.bincount(bins, values)))
+
+    print(f"# detcoll.torch.ops vs PyTorch {torch.__version__} CPU, {args.threads} thread(s), "
+          f"best of {args.repeats}, float32")
+    print(f"{'op':<48} {'detcoll (ms)':>12} {'torch (ms)':>11} {'ratio':>7} {'#wrong':>7}")
+    for label, ours, theirs in cases:
+        ours()
+        theirs()  # warm up
+        t_ours = t_theirs = float("inf")
+        for _ in range(args.repeats):
+            a, out = best(ours, 1)
+            b, ref = best(theirs, 1)
+            t_ours, t_theirs = min(t_ours, a), min(t_theirs, b)
+        wrong = int(((out - ref).abs() > 1e-4 * (1 + ref.abs())).sum())
+        print(f"{label:<48} {1e3 * t_ours:>12.2f} {1e3 * t_theirs:>11.2f} "
+              f"{t_theirs / t_ours:>7.2f} {wrong:>7}")
+
+
+if __name__ == "__main__":
+    main()
