@@ -69,6 +69,9 @@ struct Reciprocals {
 Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                   const Shape& indexShape, const void* src, const Shape& srcShape, int threads) {
   const char* op = "scatter_add";
+  if (selfShape.empty() && indexShape.empty() && srcShape.empty()) {  // 0-d: one element
+    return scatterAdd(self, {1}, type, dim, index, {1}, src, {1}, threads);
+  }
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "index", indexShape));
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "src", srcShape));

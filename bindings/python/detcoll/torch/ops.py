@@ -75,6 +75,11 @@ def scatter_add_(input, dim, index, src):
     src, index = _values(src, op, "src"), _indices(index, op, "index")
     _same_dtype(op, input, src, "src")
 
+    if not input.dim() == index.dim() == src.dim():
+        raise detcoll.InvalidArgumentError(
+            f"{op}: input {tuple(input.shape)}, index {tuple(index.shape)} and src "
+            f"{tuple(src.shape)} must have the same number of dimensions")
+
     def compute(out):
         _detcoll.scatter_add(out.data_ptr(), list(out.shape), DTYPES[out.dtype], int(dim),
                              index.data_ptr(), list(index.shape), src.data_ptr(),
@@ -95,6 +100,11 @@ def index_add_(input, dim, index, source, alpha=1):
     _same_dtype(op, input, source, "source")
     if index.dim() > 1:
         raise detcoll.InvalidArgumentError(f"{op}: index must be 1-D, got {tuple(index.shape)}")
+
+    if source.dim() != input.dim():
+        raise detcoll.InvalidArgumentError(
+            f"{op}: source {tuple(source.shape)} and input {tuple(input.shape)} must have the "
+            "same number of dimensions")
 
     def compute(out):
         _detcoll.index_add(out.data_ptr(), list(out.shape), DTYPES[out.dtype], int(dim),
@@ -117,6 +127,8 @@ def _segment(data, segment_ids, num_segments, mean):
         raise detcoll.InvalidArgumentError(
             f"{op}: segment_ids {tuple(ids.shape)} must be a prefix of data's shape "
             f"{tuple(data.shape)}")
+    if int(num_segments) < 0:
+        raise detcoll.InvalidArgumentError(f"{op}: num_segments is {num_segments}")
     out = torch.empty((int(num_segments),) + tuple(data.shape[ids.dim():]), dtype=data.dtype)
     _detcoll.unsorted_segment_reduce(out.data_ptr(), int(num_segments), DTYPES[data.dtype],
                                      data.data_ptr(), list(data.shape), ids.data_ptr(), ids.dim(),
@@ -220,6 +232,10 @@ def embedding_bag_backward(grad_output, indices, offsets, num_weights, mode="sum
     if per_sample_weights is not None:
         per_sample_weights = _values(per_sample_weights, op, "per_sample_weights")
         _same_dtype(op, grad, per_sample_weights, "per_sample_weights")
+        if per_sample_weights.numel() != indices.numel():
+            raise detcoll.InvalidArgumentError(
+                f"{op}: {per_sample_weights.numel()} per_sample_weights for "
+                f"{indices.numel()} indices")
         weights = per_sample_weights.data_ptr()
     out = torch.empty((int(num_weights), grad.shape[1]), dtype=grad.dtype)
     _detcoll.embedding_bag_backward(out.data_ptr(), int(num_weights), DTYPES[grad.dtype],
