@@ -214,15 +214,19 @@ def replicas_identical(model, name):
 
 def test_optimizer_refuses_extra_passes_and_zero_grad_in_flight():
     model = torch.nn.Linear(3, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                          named_parameters=model.named_parameters())
     x = local_batch("guards", 4, 3)
     model(x).sum().backward()
     with pytest.raises(detcoll.InvalidArgumentError, match="zero_grad"):
         optimizer.zero_grad()
+    reducing = [p.grad for p in model.parameters()]
     with pytest.raises(detcoll.InvalidArgumentError, match="more than backward_passes_per_step=1"):
-        model(x).sum().backward()
+        model(x).sum().backward()  # refused before it adds to a gradient under reduction
+    assert all(p.grad is g for p, g in zip(model.parameters(), reducing))
     optimizer.step()  # the first pass's reduction completes; the state is clean again
+    assert replicas_identical(model, "guards.first")
     optimizer.zero_grad()
     model(x).sum().backward()
     optimizer.step()

@@ -63,6 +63,9 @@ class _DistributedOptimizer:
             if self._mode == "invariant":
                 self._hooks.append(p.register_hook(self._leaf_hook(p)))
             else:
+                # Before accumulation: refuse a pass beyond backward_passes_per_step while the
+                # gradient may be under reduction in place. After: start the reduction.
+                self._hooks.append(p.register_hook(self._pass_check(p)))
                 accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
                 accumulator.register_hook(self._accumulated_hook(p))
                 self._hooks.append(accumulator)  # keep it alive
@@ -80,14 +83,19 @@ class _DistributedOptimizer:
         return hook
 
     # Ordered and native mode: allreduce once backward has accumulated the last pass.
-    def _accumulated_hook(self, p):
-        def hook(*ignore):
-            self._synchronized = False  # a new pass: the next step reduces again
+    def _pass_check(self, p):
+        def hook(grad):
             if self._delay[id(p)] == 0:
                 raise detcoll.InvalidArgumentError(
                     f"the gradient of {self._names[id(p)]} was computed more than "
                     f"backward_passes_per_step={self._passes} times before step() or "
                     "synchronize(); raise backward_passes_per_step to accumulate more passes")
+            return grad
+        return hook
+
+    def _accumulated_hook(self, p):
+        def hook(*ignore):
+            self._synchronized = False  # a new pass: the next step reduces again
             self._delay[id(p)] -= 1
             if self._delay[id(p)] == 0:
                 self._reduce_async(p)
