@@ -247,6 +247,16 @@ DETCOLL_API detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, de
                                               const int64_t* input, int64_t count,
                                               const void* weights, int64_t minlength);
 
+/* Sums with a fixed tree (README, "Deterministic ops"): out has in's shape without the axes
+ * (naxes of them, negative from the end). bias_add_grad sums every axis but the channel axis:
+ * axis 1 (channels_first, NCHW) or the last (NHWC). */
+DETCOLL_API detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int ndim,
+                                                   detcoll_dtype_t dtype, const int* axes,
+                                                   int naxes, void* out);
+DETCOLL_API detcoll_status_t detcoll_bias_add_grad(const void* grad, const int64_t* shape, int ndim,
+                                                   detcoll_dtype_t dtype, int channels_first,
+                                                   void* out);
+
 #ifdef __cplusplus
 }
 #endif

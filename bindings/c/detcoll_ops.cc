@@ -7,6 +7,7 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
+#include "kernels/ops/reduce.h"
 #include "kernels/ops/scatter.h"
 
 namespace detcoll::capi {
@@ -163,6 +164,38 @@ detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_
   }
   if (status.isOk()) {
     status = ops::bincount(out, out_length, type, input, count, weights, minlength, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int ndim,
+                                       detcoll_dtype_t dtype, const int* axes, int naxes,
+                                       void* out) {
+  const char* op = "sum";
+  ops::Shape s;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = shapeOf(op, "in", shape, ndim, &s);
+  if (status.isOk() && (naxes < 0 || (naxes > 0 && axes == nullptr))) {
+    status = Status::invalidArgument("sum: axes is null or naxes negative");
+  }
+  if (status.isOk()) status = hostBuffers(op, {{in, "in"}, {out, "out"}});
+  if (status.isOk()) {
+    status = ops::sumOverAxes(in, s, type, std::vector<int>(axes, axes + naxes), out, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_bias_add_grad(const void* grad, const int64_t* shape, int ndim,
+                                       detcoll_dtype_t dtype, int channels_first, void* out) {
+  const char* op = "bias_add_grad";
+  ops::Shape s;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = shapeOf(op, "grad", shape, ndim, &s);
+  if (status.isOk()) status = hostBuffers(op, {{grad, "grad"}, {out, "out"}});
+  if (status.isOk()) {
+    status = ops::biasAddGrad(grad, s, type, channels_first != 0, out, g_opsThreads);
   }
   return finish(status);
 }

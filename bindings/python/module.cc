@@ -295,6 +295,23 @@ PYBIND11_MODULE(_detcoll, m) {
     return length;
   });
 
+  m.def("sum_over_axes", [](uintptr_t in, const std::vector<int64_t>& shape, int dtype,
+                            const std::vector<int>& axes, uintptr_t out) {
+    blocking([&] {
+      return detcoll_sum_over_axes(ptr(in), shape.data(), static_cast<int>(shape.size()),
+                                   static_cast<detcoll_dtype_t>(dtype), axes.data(),
+                                   static_cast<int>(axes.size()), ptr(out));
+    });
+  });
+  m.def("bias_add_grad", [](uintptr_t grad, const std::vector<int64_t>& shape, int dtype,
+                            bool channelsFirst, uintptr_t out) {
+    blocking([&] {
+      return detcoll_bias_add_grad(ptr(grad), shape.data(), static_cast<int>(shape.size()),
+                                   static_cast<detcoll_dtype_t>(dtype), channelsFirst ? 1 : 0,
+                                   ptr(out));
+    });
+  });
+
   // Seeds and random fills.
   m.def("rng_seed", [](uint64_t seed) { blocking([&] { return detcoll_rng_seed(seed); }); });
   m.def("rng_get_seed", [] {

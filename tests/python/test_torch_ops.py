@@ -667,3 +667,57 @@ def test_cuda_tensors_are_refused():
     with pytest.raises(detcoll.InvalidArgumentError, match="is on cuda"):
         ops.scatter_add(X.cuda(), 0, torch.zeros(4, 3, dtype=torch.int64).cuda(),
                         torch.ones(4, 3).cuda())
+
+
+# ---- sums with a fixed tree ----
+
+def tree_reference(values):
+    """The fixed tree from its definition, in float32: chunks of 32 summed in order, then
+    adjacent pairs level by level, an odd last one carried up."""
+    x = [np.float32(v) for v in values]
+    if not x:
+        return np.float32(0)
+    level = []
+    for start in range(0, len(x), 32):
+        s = x[start]
+        for v in x[start + 1:start + 32]:
+            s = np.float32(s + v)
+        level.append(s)
+    while len(level) > 1:
+        level = [np.float32(level[i] + level[i + 1]) if i + 1 < len(level) else level[i]
+                 for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def test_sum_follows_the_fixed_tree_and_not_the_thread_count():
+    g = torch.Generator().manual_seed(31)
+    x = wide(g, (3, 200, 7))
+    for dim in (1, (0, 1), -1):
+        ours = ops.sum(x, dim)
+        axes = [d % 3 for d in (dim if isinstance(dim, tuple) else (dim,))]
+        moved = x.permute([d for d in range(3) if d not in axes] + axes)
+        rows = moved.reshape(-1, math.prod(x.shape[d] for d in axes))
+        expected = torch.tensor([tree_reference(r.tolist()) for r in rows]).reshape(ours.shape)
+        assert_bits(ours, expected)
+        torch.testing.assert_close(ours, x.sum(dim), rtol=1e-4, atol=1e-3)
+        for threads in (1, 2, 7):
+            ops.set_num_threads(threads)
+            assert_bits(ops.sum(x, dim), ours)
+        ops.set_num_threads(0)
+    assert ops.sum(x, 1, keepdim=True).shape == (3, 1, 7)
+
+
+def test_bias_add_grad_is_the_same_in_both_layouts():
+    g = torch.Generator().manual_seed(32)
+    nchw = wide(g, (4, 6, 9, 11))
+    first = ops.bias_add_grad(nchw, "NCHW")
+    assert_bits(first, ops.bias_add_grad(nchw.permute(0, 2, 3, 1).contiguous(), "NHWC"))
+    torch.testing.assert_close(first, nchw.sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+    with pytest.raises(detcoll.InvalidArgumentError, match="data_format"):
+        ops.bias_add_grad(nchw, "NWC")
+    with pytest.raises(detcoll.InvalidArgumentError, match="at least 2 dimensions"):
+        ops.bias_add_grad(torch.ones(5))
+    with pytest.raises(detcoll.InvalidArgumentError, match="out of range"):
+        ops.sum(nchw, 4)
+    with pytest.raises(detcoll.InvalidArgumentError, match="twice"):
+        ops.sum(nchw, (1, -3))

@@ -20,7 +20,7 @@ from detcoll.torch._tensors import DTYPES
 __all__ = [
     "set_num_threads", "scatter_add", "scatter_add_", "index_add", "index_add_",
     "unsorted_segment_sum", "unsorted_segment_mean", "embedding", "embedding_bag",
-    "embedding_dense_backward", "embedding_bag_backward", "bincount",
+    "embedding_dense_backward", "embedding_bag_backward", "bincount", "sum", "bias_add_grad",
 ]
 
 
@@ -285,3 +285,50 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
         padding_idx += weight.shape[0]
     return _EmbeddingBag.apply(input, weight, offsets, mode, per_sample_weights,
                                -1 if padding_idx is None else padding_idx)
+
+
+# ---- sums with a fixed tree ----
+
+def sum(input, dim=None, keepdim=False):  # noqa: A001 (torch.sum's name)
+    """torch.sum(input, dim, keepdim) with a fixed summation tree: chunks of 32 consecutive
+    values summed in order, then pairwise (README, "Deterministic ops")."""
+    op = "sum"
+    x = _values(input, op, "input")
+    rank = x.dim()
+    if dim is None:
+        axes = list(range(rank))
+    else:
+        axes = [int(d) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    normalized = []
+    for d in axes:
+        if not -max(rank, 1) <= d < max(rank, 1):
+            raise detcoll.InvalidArgumentError(
+                f"{op}: dim {d} is out of range for {rank} dimensions")
+        normalized.append(d % max(rank, 1))
+    if rank == 0:
+        normalized = []
+    if len(set(normalized)) != len(normalized):
+        raise detcoll.InvalidArgumentError(f"{op}: dim {axes} names an axis twice")
+    kept = [s for i, s in enumerate(x.shape) if i not in normalized]
+    out = torch.empty(kept, dtype=x.dtype)
+    _detcoll.sum_over_axes(x.data_ptr(), list(x.shape), DTYPES[x.dtype], normalized,
+                           out.data_ptr())
+    if keepdim:
+        out = out.reshape([1 if i in normalized else s for i, s in enumerate(x.shape)])
+    return out
+
+
+def bias_add_grad(grad, data_format="NHWC"):
+    """tf.nn.bias_add's gradient (BiasAddGrad): the sum over every axis but the channels'."""
+    op = "bias_add_grad"
+    if data_format not in ("NHWC", "NCHW"):
+        raise detcoll.InvalidArgumentError(f"{op}: data_format {data_format!r}; NHWC or NCHW")
+    g = _values(grad, op, "grad")
+    if g.dim() < 2:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: the gradient needs at least 2 dimensions, has {g.dim()}")
+    channels = g.shape[1] if data_format == "NCHW" else g.shape[-1]
+    out = torch.empty(channels, dtype=g.dtype)
+    _detcoll.bias_add_grad(g.data_ptr(), list(g.shape), DTYPES[g.dtype], data_format == "NCHW",
+                           out.data_ptr())
+    return out

@@ -1,0 +1,181 @@
+#include "kernels/ops/reduce.h"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#include "common/half.h"
+
+namespace detcoll::ops {
+namespace {
+
+template <typename T>
+using AccOf = std::conditional_t<std::is_integral_v<T>, int64_t,
+                                 std::conditional_t<std::is_same_v<T, double>, double, float>>;
+
+template <typename T>
+AccOf<T> widen(T v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return halfToFloat(v);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return bfloat16ToFloat(v);
+  } else {
+    return static_cast<AccOf<T>>(v);
+  }
+}
+
+template <typename T>
+T narrow(AccOf<T> v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return floatToHalf(v);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return floatToBFloat16(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename A>
+A add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  } else {
+    return a + b;
+  }
+}
+
+// The tree over one output element's sequence: values at base + offsets[j].
+template <typename T>
+AccOf<T> treeSum(const T* base, const std::vector<int64_t>& offsets, std::vector<AccOf<T>>& sums) {
+  using A = AccOf<T>;
+  const int64_t k = static_cast<int64_t>(offsets.size());
+  if (k == 0) return A{};
+  sums.clear();
+  for (int64_t start = 0; start < k; start += kChunk) {
+    const int64_t end = std::min(k, start + kChunk);
+    A s = widen(base[offsets[start]]);
+    for (int64_t j = start + 1; j < end; ++j) s = add(s, widen(base[offsets[j]]));
+    sums.push_back(s);
+  }
+  while (sums.size() > 1) {
+    size_t w = 0;
+    for (size_t r = 0; r + 1 < sums.size(); r += 2) sums[w++] = add(sums[r], sums[r + 1]);
+    if (sums.size() % 2 == 1) sums[w++] = sums.back();
+    sums.resize(w);
+  }
+  return sums[0];
+}
+
+template <typename T>
+void sumRange(const T* in, const std::vector<int64_t>& outBase, const std::vector<int64_t>& offsets,
+              T* out, int64_t first, int64_t last) {
+  std::vector<AccOf<T>> sums;
+  for (int64_t o = first; o < last; ++o)
+    out[o] = narrow<T>(treeSum(in + outBase[o], offsets, sums));
+}
+
+template <typename T>
+void sumAll(const void* in, const std::vector<int64_t>& outBase,
+            const std::vector<int64_t>& offsets, void* out, int threads) {
+  const int64_t m = static_cast<int64_t>(outBase.size());
+  const int64_t work = m * static_cast<int64_t>(offsets.size() + 1);
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(
+      std::min<int64_t>({threads, 1 + work / (256 << 10), std::max<int64_t>(m, 1)}));
+  const T* x = static_cast<const T*>(in);
+  T* y = static_cast<T*>(out);
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) {
+    workers.emplace_back(sumRange<T>, x, std::cref(outBase), std::cref(offsets), y, m * t / threads,
+                         m * (t + 1) / threads);
+  }
+  sumRange<T>(x, outBase, offsets, y, 0, m / std::max(threads, 1));
+  for (std::thread& w : workers) w.join();
+}
+
+// Flat offsets of every position of the axes in `which`, row-major over those axes.
+std::vector<int64_t> positions(const Shape& shape, const std::vector<int64_t>& strides,
+                               const std::vector<bool>& which) {
+  std::vector<int64_t> result{0};
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (!which[d]) continue;
+    std::vector<int64_t> next;
+    next.reserve(result.size() * shape[d]);
+    for (int64_t base : result) {
+      for (int64_t i = 0; i < shape[d]; ++i) next.push_back(base + i * strides[d]);
+    }
+    result.swap(next);
+  }
+  return result;
+}
+
+}  // namespace
+
+Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
+                   void* out, int threads) {
+  const char* op = "sum";
+  const int rank = static_cast<int>(shape.size());
+  std::vector<bool> reduced(shape.size(), false);
+  for (int& a : axes) {
+    if (a < -rank || a >= rank) {
+      return Status::invalidArgument(std::string(op) + ": axis " + std::to_string(a) +
+                                     " is out of range for " + std::to_string(rank) +
+                                     " dimensions");
+    }
+    if (a < 0) a += rank;
+    if (reduced[a]) {
+      return Status::invalidArgument(std::string(op) + ": axis " + std::to_string(a) +
+                                     " appears twice");
+    }
+    reduced[a] = true;
+  }
+  for (int64_t d : shape) {
+    if (d < 0) return Status::invalidArgument(std::string(op) + ": a negative dimension");
+  }
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
+  std::vector<bool> kept(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) kept[d] = !reduced[d];
+  const std::vector<int64_t> outBase = positions(shape, strides, kept);
+  const std::vector<int64_t> offsets = positions(shape, strides, reduced);
+  const std::vector<int64_t>& sequence = offsets;  // empty when a reduced axis is
+  switch (type) {
+    case DataType::kFloat32:
+      sumAll<float>(in, outBase, sequence, out, threads);
+      break;
+    case DataType::kFloat64:
+      sumAll<double>(in, outBase, sequence, out, threads);
+      break;
+    case DataType::kFloat16:
+      sumAll<Half>(in, outBase, sequence, out, threads);
+      break;
+    case DataType::kBFloat16:
+      sumAll<BFloat16>(in, outBase, sequence, out, threads);
+      break;
+    case DataType::kInt32:
+      sumAll<int32_t>(in, outBase, sequence, out, threads);
+      break;
+    case DataType::kInt64:
+      sumAll<int64_t>(in, outBase, sequence, out, threads);
+      break;
+  }
+  return Status::ok();
+}
+
+Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
+                   void* out, int threads) {
+  const int rank = static_cast<int>(shape.size());
+  if (rank < 2) {
+    return Status::invalidArgument("bias_add_grad: the gradient needs at least 2 dimensions, has " +
+                                   std::to_string(rank));
+  }
+  const int channel = channelsFirst ? 1 : rank - 1;
+  std::vector<int> axes;
+  for (int d = 0; d < rank; ++d) {
+    if (d != channel) axes.push_back(d);
+  }
+  return sumOverAxes(grad, shape, type, axes, out, threads).prefixed("bias_add_grad");
+}
+
+}  // namespace detcoll::ops
