@@ -5,60 +5,16 @@
 #include <limits>
 
 #include "common/half.h"
+#include "kernels/accumulate.h"
 
 namespace detcoll::kernels {
 namespace {
-
-// Storage type T <-> accumulation type Acc.
-template <typename T>
-struct Traits;
-
-template <>
-struct Traits<float> {
-  using Acc = float;
-  static Acc load(float v) { return v; }
-  static float store(Acc a) { return a != a ? std::numeric_limits<float>::quiet_NaN() : a; }
-};
-template <>
-struct Traits<double> {
-  using Acc = double;
-  static Acc load(double v) { return v; }
-  static double store(Acc a) { return a != a ? std::numeric_limits<double>::quiet_NaN() : a; }
-};
-template <>
-struct Traits<Half> {
-  using Acc = float;
-  static Acc load(Half v) { return halfToFloat(v); }
-  static Half store(Acc a) { return floatToHalf(a); }
-};
-template <>
-struct Traits<BFloat16> {
-  using Acc = float;
-  static Acc load(BFloat16 v) { return bfloat16ToFloat(v); }
-  static BFloat16 store(Acc a) { return floatToBFloat16(a); }
-};
-template <>
-struct Traits<int32_t> {
-  using Acc = int64_t;
-  static Acc load(int32_t v) { return v; }
-  static int32_t store(Acc a) { return static_cast<int32_t>(static_cast<uint32_t>(a)); }
-};
-template <>
-struct Traits<int64_t> {
-  using Acc = int64_t;
-  static Acc load(int64_t v) { return v; }
-  static int64_t store(Acc a) { return a; }
-};
 
 // Combiners as types, so that each loop is compiled (and vectorized) for its operator.
 struct AddOp {
   template <typename A>
   static A apply(A a, A b) {
-    if constexpr (std::is_integral_v<A>) {
-      return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-    } else {
-      return a + b;
-    }
+    return wrapAdd(a, b);
   }
 };
 
@@ -138,20 +94,9 @@ void foldForType(void* out, const void* const* inputs, int k, size_t count, Redu
 
 void foldRankOrder(void* out, const void* const* inputs, int k, size_t count, DataType type,
                    ReduceOp op, int64_t divisor) {
-  switch (type) {
-    case DataType::kFloat32:
-      return foldForType<float>(out, inputs, k, count, op, divisor);
-    case DataType::kFloat64:
-      return foldForType<double>(out, inputs, k, count, op, divisor);
-    case DataType::kFloat16:
-      return foldForType<Half>(out, inputs, k, count, op, divisor);
-    case DataType::kBFloat16:
-      return foldForType<BFloat16>(out, inputs, k, count, op, divisor);
-    case DataType::kInt32:
-      return foldForType<int32_t>(out, inputs, k, count, op, divisor);
-    case DataType::kInt64:
-      return foldForType<int64_t>(out, inputs, k, count, op, divisor);
-  }
+  visitType(type, [&](auto tag) {
+    foldForType<typename decltype(tag)::type>(out, inputs, k, count, op, divisor);
+  });
 }
 
 }  // namespace detcoll::kernels

@@ -3,47 +3,18 @@
 #include <algorithm>
 #include <string>
 #include <thread>
-#include <type_traits>
 
-#include "common/half.h"
+#include "kernels/accumulate.h"
 
 namespace detcoll::ops {
 namespace {
 
-template <typename T>
-using AccOf = std::conditional_t<std::is_integral_v<T>, int64_t,
-                                 std::conditional_t<std::is_same_v<T, double>, double, float>>;
+using kernels::Traits;
+using kernels::visitType;
+using kernels::wrapAdd;
 
 template <typename T>
-AccOf<T> widen(T v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return halfToFloat(v);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return bfloat16ToFloat(v);
-  } else {
-    return static_cast<AccOf<T>>(v);
-  }
-}
-
-template <typename T>
-T narrow(AccOf<T> v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return floatToHalf(v);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return floatToBFloat16(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <typename A>
-A add(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-  } else {
-    return a + b;
-  }
-}
+using AccOf = typename Traits<T>::Acc;
 
 // The tree over one output element's sequence: values at base + offsets[j].
 template <typename T>
@@ -54,13 +25,13 @@ AccOf<T> treeSum(const T* base, const std::vector<int64_t>& offsets, std::vector
   sums.clear();
   for (int64_t start = 0; start < k; start += kChunk) {
     const int64_t end = std::min(k, start + kChunk);
-    A s = widen(base[offsets[start]]);
-    for (int64_t j = start + 1; j < end; ++j) s = add(s, widen(base[offsets[j]]));
+    A s = Traits<T>::load(base[offsets[start]]);
+    for (int64_t j = start + 1; j < end; ++j) s = wrapAdd(s, Traits<T>::load(base[offsets[j]]));
     sums.push_back(s);
   }
   while (sums.size() > 1) {
     size_t w = 0;
-    for (size_t r = 0; r + 1 < sums.size(); r += 2) sums[w++] = add(sums[r], sums[r + 1]);
+    for (size_t r = 0; r + 1 < sums.size(); r += 2) sums[w++] = wrapAdd(sums[r], sums[r + 1]);
     if (sums.size() % 2 == 1) sums[w++] = sums.back();
     sums.resize(w);
   }
@@ -72,7 +43,7 @@ void sumRange(const T* in, const std::vector<int64_t>& outBase, const std::vecto
               T* out, int64_t first, int64_t last) {
   std::vector<AccOf<T>> sums;
   for (int64_t o = first; o < last; ++o)
-    out[o] = narrow<T>(treeSum(in + outBase[o], offsets, sums));
+    out[o] = Traits<T>::round(treeSum(in + outBase[o], offsets, sums));
 }
 
 template <typename T>
@@ -137,29 +108,13 @@ Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vecto
   for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
   std::vector<bool> kept(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) kept[d] = !reduced[d];
+  // Where each output's sequence starts, and the sequence's offsets from there (none when a
+  // reduced axis is empty: every output is 0).
   const std::vector<int64_t> outBase = positions(shape, strides, kept);
   const std::vector<int64_t> offsets = positions(shape, strides, reduced);
-  const std::vector<int64_t>& sequence = offsets;  // empty when a reduced axis is
-  switch (type) {
-    case DataType::kFloat32:
-      sumAll<float>(in, outBase, sequence, out, threads);
-      break;
-    case DataType::kFloat64:
-      sumAll<double>(in, outBase, sequence, out, threads);
-      break;
-    case DataType::kFloat16:
-      sumAll<Half>(in, outBase, sequence, out, threads);
-      break;
-    case DataType::kBFloat16:
-      sumAll<BFloat16>(in, outBase, sequence, out, threads);
-      break;
-    case DataType::kInt32:
-      sumAll<int32_t>(in, outBase, sequence, out, threads);
-      break;
-    case DataType::kInt64:
-      sumAll<int64_t>(in, outBase, sequence, out, threads);
-      break;
-  }
+  visitType(type, [&](auto tag) {
+    sumAll<typename decltype(tag)::type>(in, outBase, offsets, out, threads);
+  });
   return Status::ok();
 }
 

@@ -44,25 +44,45 @@ Status normalizeDim(const char* op, int* dim, size_t rank) {
   return Status::ok();
 }
 
-// 1 / count[index] per position, in the accumulation type's precision (float64 for float64,
-// float32 otherwise), for a reduction weight.
-struct Reciprocals {
-  std::vector<float> f;
-  std::vector<double> d;
-  const void* data(DataType t) const {
-    return t == DataType::kFloat64 ? static_cast<const void*>(d.data()) : f.data();
-  }
-  DataType type(DataType t) const {
-    return t == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
-  }
-  void push(DataType t, int64_t count) {
-    if (t == DataType::kFloat64) {
-      d.push_back(1.0 / static_cast<double>(count));
+// Per-source weights 1 / count, formed in the accumulation type's precision (float64 for
+// float64, float32 otherwise), for the reduction.
+class Reciprocals {
+ public:
+  explicit Reciprocals(DataType type) : wide_(type == DataType::kFloat64) {}
+  void push(int64_t count) {
+    if (wide_) {
+      d_.push_back(1.0 / static_cast<double>(count));
     } else {
-      f.push_back(1.0f / static_cast<float>(count));
+      f_.push_back(1.0f / static_cast<float>(count));
     }
   }
+  // Makes them the weights of in (they must outlive the reduction).
+  void weigh(SegmentSources* in) const {
+    in->weights = wide_ ? static_cast<const void*>(d_.data()) : f_.data();
+    in->weightType = wide_ ? DataType::kFloat64 : DataType::kFloat32;
+  }
+
+ private:
+  bool wide_;
+  std::vector<float> f_;
+  std::vector<double> d_;
 };
+
+// What embedding and embedding_bag backward check alike: a floating dtype, sizes, the indices
+// (paddingIdx, when >= 0, is skipped). Returns the skip rule of the padding index.
+Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
+                      const int64_t* indices, int64_t paddingIdx, Skip* padding) {
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
+                                   dataTypeName(type));
+  }
+  if (numWeights < 0 || count < 0 || dim < 0) {
+    return Status::invalidArgument(std::string(op) + ": negative size");
+  }
+  padding->value = paddingIdx >= 0;
+  padding->which = paddingIdx;
+  return checkSegments(indices, count, numWeights, "indices", *padding).prefixed(op);
+}
 
 }  // namespace
 
@@ -195,33 +215,23 @@ Status embeddingBackward(void* gradWeight, int64_t numWeights, DataType type,
                          const void* gradOutput, int64_t count, int64_t dim, const int64_t* indices,
                          int64_t paddingIdx, bool scaleGradByFreq, int threads) {
   const char* op = "embedding_backward";
-  if (!isFloatingPoint(type)) {
-    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
-                                   dataTypeName(type));
-  }
-  if (numWeights < 0 || count < 0 || dim < 0) {
-    return Status::invalidArgument(std::string(op) + ": negative size");
-  }
   Skip padding;
-  padding.value = paddingIdx >= 0;
-  padding.which = paddingIdx;
   DETCOLL_RETURN_IF_ERROR(
-      checkSegments(indices, count, numWeights, "indices", padding).prefixed(op));
+      checkEmbedding(op, type, numWeights, count, dim, indices, paddingIdx, &padding));
   SegmentSources in;
   in.values = gradOutput;
   in.type = type;
   in.rowStride = dim;
-  Reciprocals reciprocal;
+  Reciprocals reciprocal(type);
   if (scaleGradByFreq) {
     std::vector<int64_t> frequency(numWeights, 0);
     for (int64_t i = 0; i < count; ++i) {
       if (!padding(indices[i])) ++frequency[indices[i]];
     }
     for (int64_t i = 0; i < count; ++i) {
-      reciprocal.push(type, padding(indices[i]) ? 1 : frequency[indices[i]]);
+      reciprocal.push(padding(indices[i]) ? 1 : frequency[indices[i]]);
     }
-    in.weights = reciprocal.data(type);
-    in.weightType = reciprocal.type(type);
+    reciprocal.weigh(&in);
   }
   return scatterReduce(indices, count, numWeights, padding, in,
                        SegmentOutput{gradWeight, dim, dim, SegmentInit::kZero}, threads)
@@ -234,13 +244,10 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
                             bool mean, const void* perSampleWeights, int64_t paddingIdx,
                             int threads) {
   const char* op = "embedding_bag_backward";
-  if (!isFloatingPoint(type)) {
-    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
-                                   dataTypeName(type));
-  }
-  if (numWeights < 0 || count < 0 || dim < 0 || bags < 0) {
-    return Status::invalidArgument(std::string(op) + ": negative size");
-  }
+  Skip padding;
+  DETCOLL_RETURN_IF_ERROR(
+      checkEmbedding(op, type, numWeights, count, dim, indices, paddingIdx, &padding));
+  if (bags < 0) return Status::invalidArgument(std::string(op) + ": negative size");
   if (mean && perSampleWeights != nullptr) {
     return Status::invalidArgument(std::string(op) +
                                    ": per_sample_weights need mode sum, as in PyTorch");
@@ -259,23 +266,17 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
   if (bags == 0 && count > 0) {
     return Status::invalidArgument(std::string(op) + ": indices but no bags");
   }
-  Skip padding;
-  padding.value = paddingIdx >= 0;
-  padding.which = paddingIdx;
-  DETCOLL_RETURN_IF_ERROR(
-      checkSegments(indices, count, numWeights, "indices", padding).prefixed(op));
   SegmentSources in;
   in.values = gradOutput;
   in.type = type;
   in.rowStride = dim;
   in.rows = bagOf.data();
-  Reciprocals reciprocal;
+  Reciprocals reciprocal(type);
   if (mean) {
     std::vector<int64_t> size(bags, 0);
     for (int64_t k = 0; k < count; ++k) size[bagOf[k]] += padding(indices[k]) ? 0 : 1;
-    for (int64_t k = 0; k < count; ++k) reciprocal.push(type, std::max<int64_t>(1, size[bagOf[k]]));
-    in.weights = reciprocal.data(type);
-    in.weightType = reciprocal.type(type);
+    for (int64_t k = 0; k < count; ++k) reciprocal.push(std::max<int64_t>(1, size[bagOf[k]]));
+    reciprocal.weigh(&in);
   } else if (perSampleWeights != nullptr) {
     in.weights = perSampleWeights;
     in.weightType = type;

@@ -5,76 +5,28 @@
 #include <thread>
 #include <type_traits>
 
-#include "common/half.h"
+#include "kernels/accumulate.h"
 
 namespace detcoll::ops {
 namespace {
 
-// The accumulation type of a dtype, and exact conversions in and one rounding out.
-template <typename T>
-struct Acc {
-  using type = std::conditional_t<std::is_integral_v<T>, int64_t,
-                                  std::conditional_t<std::is_same_v<T, double>, double, float>>;
-};
+using kernels::Traits;
+using kernels::visitType;
+using kernels::wrapAdd;
+using kernels::wrapMultiply;
 
 template <typename T>
-typename Acc<T>::type widen(T v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return halfToFloat(v);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return bfloat16ToFloat(v);
-  } else {
-    return static_cast<typename Acc<T>::type>(v);
-  }
-}
-
-template <typename T, typename A>
-T narrow(A v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return floatToHalf(v);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return floatToBFloat16(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <typename A>
-A add(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));  // wraps
-  } else {
-    return a + b;
-  }
-}
-
-template <typename A>
-A multiply(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-  } else {
-    return a * b;
-  }
-}
+using AccOf = typename Traits<T>::Acc;
 
 // The weight of a source, converted exactly to A.
 template <typename A>
 A weightAt(const void* weights, DataType type, int64_t s) {
-  switch (type) {
-    case DataType::kFloat32:
-      return static_cast<A>(static_cast<const float*>(weights)[s]);
-    case DataType::kFloat64:
-      return static_cast<A>(static_cast<const double*>(weights)[s]);
-    case DataType::kFloat16:
-      return static_cast<A>(halfToFloat(static_cast<const Half*>(weights)[s]));
-    case DataType::kBFloat16:
-      return static_cast<A>(bfloat16ToFloat(static_cast<const BFloat16*>(weights)[s]));
-    case DataType::kInt32:
-      return static_cast<A>(static_cast<const int32_t*>(weights)[s]);
-    case DataType::kInt64:
-      return static_cast<A>(static_cast<const int64_t*>(weights)[s]);
-  }
-  return A{};
+  A w{};
+  visitType(type, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    w = static_cast<A>(Traits<W>::load(static_cast<const W*>(weights)[s]));
+  });
+  return w;
 }
 
 // Destinations [first, last) of the plan, column by column within a destination row. The row's
@@ -82,7 +34,7 @@ A weightAt(const void* weights, DataType type, int64_t s) {
 template <typename T>
 void reduceRange(const SegmentPlan& plan, const SegmentSources& in, const SegmentOutput& out,
                  int64_t first, int64_t last) {
-  using A = typename Acc<T>::type;
+  using A = AccOf<T>;
   const T* values = static_cast<const T*>(in.values);
   T* result = static_cast<T*>(out.values);
   const int64_t columns = out.columns;
@@ -94,26 +46,27 @@ void reduceRange(const SegmentPlan& plan, const SegmentSources& in, const Segmen
     const int64_t begin = plan.offsets[d], end = plan.offsets[d + 1];
     if (end == begin && out.init == SegmentInit::kOutput) continue;  // unchanged, bit for bit
     for (int64_t c = 0; c < columns; ++c) {
-      acc[c] = out.init == SegmentInit::kOutput ? widen(row[c]) : A{};
+      acc[c] = out.init == SegmentInit::kOutput ? Traits<T>::load(row[c]) : A{};
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t s = plan.order[j];
       const T* source = values + (in.rows != nullptr ? in.rows[s] : s) * in.rowStride;
       if (in.weights == nullptr && !scaled) {
-        for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], widen(source[c]));
+        for (int64_t c = 0; c < columns; ++c) acc[c] = wrapAdd(acc[c], Traits<T>::load(source[c]));
       } else {
         A w = in.weights != nullptr ? weightAt<A>(in.weights, in.weightType, s) : A{1};
-        if (scaled) w = in.weights != nullptr ? multiply(w, scale) : scale;
-        for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], multiply(w, widen(source[c])));
+        if (scaled) w = in.weights != nullptr ? wrapMultiply(w, scale) : scale;
+        for (int64_t c = 0; c < columns; ++c)
+          acc[c] = wrapAdd(acc[c], wrapMultiply(w, Traits<T>::load(source[c])));
       }
     }
     if (out.mean) {
       const int64_t k = end - begin;
       for (int64_t c = 0; c < columns; ++c) {
-        row[c] = k == 0 ? narrow<T>(A{}) : narrow<T>(acc[c] / static_cast<A>(k));
+        row[c] = k == 0 ? Traits<T>::round(A{}) : Traits<T>::round(acc[c] / static_cast<A>(k));
       }
     } else {
-      for (int64_t c = 0; c < columns; ++c) row[c] = narrow<T>(acc[c]);
+      for (int64_t c = 0; c < columns; ++c) row[c] = Traits<T>::round(acc[c]);
     }
   }
 }
@@ -161,7 +114,7 @@ void reduceAll(const SegmentPlan& plan, const SegmentSources& in, const SegmentO
 template <typename T>
 void scatterRange(const int64_t* destination, int64_t n, Skip skip, const SegmentSources& in,
                   const SegmentOutput& out, int64_t first, int64_t last) {
-  using A = typename Acc<T>::type;
+  using A = AccOf<T>;
   constexpr bool kInPlace = std::is_same_v<T, A>;  // the output is its own accumulator
   const T* values = static_cast<const T*>(in.values);
   T* result = static_cast<T*>(out.values);
@@ -183,7 +136,7 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
     A* acc = accumulator(d);
     const T* row = result + d * out.rowStride;
     for (int64_t c = 0; c < columns; ++c) {
-      acc[c] = out.init == SegmentInit::kOutput ? widen(row[c]) : A{};
+      acc[c] = out.init == SegmentInit::kOutput ? Traits<T>::load(row[c]) : A{};
     }
   }
   const bool plain = !counting && columns == 1 && in.rows == nullptr && in.weights == nullptr &&
@@ -194,7 +147,7 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
         const int64_t d = destination[s];
         if (d >= first && d < last) {
           A& acc = result[d * out.rowStride];
-          acc = add(acc, values[s * in.rowStride]);
+          acc = wrapAdd(acc, values[s * in.rowStride]);
         }
       }
       return;
@@ -207,11 +160,12 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
     A* acc = accumulator(d);
     const T* source = values + (in.rows != nullptr ? in.rows[s] : s) * in.rowStride;
     if (in.weights == nullptr && !scaled) {
-      for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], widen(source[c]));
+      for (int64_t c = 0; c < columns; ++c) acc[c] = wrapAdd(acc[c], Traits<T>::load(source[c]));
     } else {
       A w = in.weights != nullptr ? weightAt<A>(in.weights, in.weightType, s) : A{1};
-      if (scaled) w = in.weights != nullptr ? multiply(w, scale) : scale;
-      for (int64_t c = 0; c < columns; ++c) acc[c] = add(acc[c], multiply(w, widen(source[c])));
+      if (scaled) w = in.weights != nullptr ? wrapMultiply(w, scale) : scale;
+      for (int64_t c = 0; c < columns; ++c)
+        acc[c] = wrapAdd(acc[c], wrapMultiply(w, Traits<T>::load(source[c])));
     }
   }
   if (!counting) return;  // the output was the accumulator
@@ -222,9 +176,9 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
     if (k == 0 && out.init == SegmentInit::kOutput) continue;  // unchanged, bit for bit
     for (int64_t c = 0; c < columns; ++c) {
       if (out.mean) {
-        row[c] = k == 0 ? narrow<T>(A{}) : narrow<T>(acc[c] / static_cast<A>(k));
+        row[c] = k == 0 ? Traits<T>::round(A{}) : Traits<T>::round(acc[c] / static_cast<A>(k));
       } else if constexpr (!kInPlace) {
-        row[c] = narrow<T>(acc[c]);
+        row[c] = Traits<T>::round(acc[c]);
       }
     }
   }
@@ -259,26 +213,9 @@ Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations
   if (n > 0 && out.columns > 0 && in.values == nullptr) {
     return Status::invalidArgument("the source values are null");
   }
-  switch (in.type) {
-    case DataType::kFloat32:
-      scatterAll<float>(destination, n, destinations, skip, in, out, threads);
-      break;
-    case DataType::kFloat64:
-      scatterAll<double>(destination, n, destinations, skip, in, out, threads);
-      break;
-    case DataType::kFloat16:
-      scatterAll<Half>(destination, n, destinations, skip, in, out, threads);
-      break;
-    case DataType::kBFloat16:
-      scatterAll<BFloat16>(destination, n, destinations, skip, in, out, threads);
-      break;
-    case DataType::kInt32:
-      scatterAll<int32_t>(destination, n, destinations, skip, in, out, threads);
-      break;
-    case DataType::kInt64:
-      scatterAll<int64_t>(destination, n, destinations, skip, in, out, threads);
-      break;
-  }
+  visitType(in.type, [&](auto tag) {
+    scatterAll<typename decltype(tag)::type>(destination, n, destinations, skip, in, out, threads);
+  });
   return Status::ok();
 }
 
@@ -327,26 +264,8 @@ Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const S
   if (!plan.order.empty() && out.columns > 0 && in.values == nullptr) {
     return Status::invalidArgument("the source values are null");
   }
-  switch (in.type) {
-    case DataType::kFloat32:
-      reduceAll<float>(plan, in, out, threads);
-      break;
-    case DataType::kFloat64:
-      reduceAll<double>(plan, in, out, threads);
-      break;
-    case DataType::kFloat16:
-      reduceAll<Half>(plan, in, out, threads);
-      break;
-    case DataType::kBFloat16:
-      reduceAll<BFloat16>(plan, in, out, threads);
-      break;
-    case DataType::kInt32:
-      reduceAll<int32_t>(plan, in, out, threads);
-      break;
-    case DataType::kInt64:
-      reduceAll<int64_t>(plan, in, out, threads);
-      break;
-  }
+  visitType(in.type,
+            [&](auto tag) { reduceAll<typename decltype(tag)::type>(plan, in, out, threads); });
   return Status::ok();
 }
 

@@ -14,16 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/reference.h"
+
 namespace detcoll::ops {
 namespace {
 
+// Wide-range, non-integer float32 values (tests/support), seeded from g.
 std::vector<float> wide(size_t n, std::mt19937_64& g) {
-  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
-  std::uniform_int_distribution<int> exponent(-20, 20);
+  const std::vector<uint8_t> bytes = testing::randomBuffer(DataType::kFloat32, n, g());
   std::vector<float> v(n);
-  for (float& x : v) {
-    x = static_cast<float>(std::ldexp(mantissa(g), exponent(g)) * (g() & 1 ? -1.0 : 1.0));
-  }
+  std::memcpy(v.data(), bytes.data(), n * sizeof(float));
   return v;
 }
 

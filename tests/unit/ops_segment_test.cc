@@ -15,34 +15,28 @@
 #include <vector>
 
 #include "common/half.h"
+#include "tests/support/reference.h"
 
 namespace detcoll::ops {
 namespace {
 
-// Wide-range, non-integer values: mantissa in [1, 2), exponent in [-20, 20], random sign.
-std::vector<double> wideValues(size_t n, std::mt19937_64& g) {
-  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
-  std::uniform_int_distribution<int> exponent(-20, 20);
-  std::vector<double> v(n);
-  for (double& x : v) x = std::ldexp(mantissa(g), exponent(g)) * (g() & 1 ? -1.0 : 1.0);
-  return v;
+template <typename T>
+constexpr DataType typeOf() {
+  if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
+  if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
+  if constexpr (std::is_same_v<T, Half>) return DataType::kFloat16;
+  if constexpr (std::is_same_v<T, BFloat16>) return DataType::kBFloat16;
+  if constexpr (std::is_same_v<T, int32_t>) return DataType::kInt32;
+  return DataType::kInt64;
 }
 
+// Wide-range, non-integer values of T (integers in [-2^20, 2^20]; tests/support), seeded from g.
 template <typename T>
-std::vector<T> as(const std::vector<double>& v) {
-  std::vector<T> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    if constexpr (std::is_same_v<T, Half>) {
-      out[i] = floatToHalf(static_cast<float>(v[i]));
-    } else if constexpr (std::is_same_v<T, BFloat16>) {
-      out[i] = floatToBFloat16(static_cast<float>(v[i]));
-    } else if constexpr (std::is_integral_v<T>) {
-      out[i] = static_cast<T>(std::llround(v[i] * 1024.0));
-    } else {
-      out[i] = static_cast<T>(v[i]);
-    }
-  }
-  return out;
+std::vector<T> randomOf(size_t n, std::mt19937_64& g) {
+  const std::vector<uint8_t> bytes = testing::randomBuffer(typeOf<T>(), n, g());
+  std::vector<T> v(n);
+  std::memcpy(v.data(), bytes.data(), n * sizeof(T));
+  return v;
 }
 
 template <typename T>
@@ -101,16 +95,6 @@ std::vector<T> reference(const std::vector<int64_t>& dest, const std::vector<T>&
   return out;
 }
 
-template <typename T>
-constexpr DataType typeOf() {
-  if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
-  if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
-  if constexpr (std::is_same_v<T, Half>) return DataType::kFloat16;
-  if constexpr (std::is_same_v<T, BFloat16>) return DataType::kBFloat16;
-  if constexpr (std::is_same_v<T, int32_t>) return DataType::kInt32;
-  return DataType::kInt64;
-}
-
 template <typename T, typename A>
 void checkType(uint64_t seed) {
   std::mt19937_64 g(seed);
@@ -119,8 +103,8 @@ void checkType(uint64_t seed) {
     std::vector<int64_t> dest(n);
     std::uniform_int_distribution<int64_t> pick(0, m - 1);
     for (int64_t& d : dest) d = pick(g);
-    const std::vector<T> values = as<T>(wideValues(n * columns, g));
-    const std::vector<T> init = as<T>(wideValues(m * columns, g));
+    const std::vector<T> values = randomOf<T>(n * columns, g);
+    const std::vector<T> init = randomOf<T>(m * columns, g);
     std::vector<float> weights(n);
     for (float& w : weights) w = static_cast<float>(std::ldexp(1.0 + (g() % 1000) / 997.0, -3));
     SegmentPlan plan;
