@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """detcoll.torch.ops on the CPU beside the PyTorch CPU op it replaces, same inputs, same run.
 
-    python3 tests/bench/ops_bench.py [--threads 1] [--repeats 5]
+    scripts/ops_bench.sh [--threads 1] [--repeats 5]     (tests/bench/ops_bench.py)
 
 Each op runs alternately with its PyTorch peer, best of --repeats; ratio = peer time / detcoll
 time (above 1: detcoll is faster). #wrong counts elements of detcoll's result that differ from
