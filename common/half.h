@@ -1,11 +1,14 @@
 #pragma once
 
-// IEEE binary16 and bfloat16 on the host, without any GPU header. Conversions from float round to
-// nearest even; NaN converts to the canonical quiet NaN of the target (positive sign, top
-// mantissa bit only) so that results do not depend on NaN payloads.
+// IEEE binary16 and bfloat16 without any GPU header, the same code on the host and (under nvcc)
+// the device. Conversions from float round to nearest even; NaN converts to the canonical quiet
+// NaN of the target (positive sign, top mantissa bit only) so that results do not depend on NaN
+// payloads.
 
 #include <cstdint>
 #include <cstring>
+
+#include "common/host_device.h"
 
 namespace detcoll {
 
@@ -17,21 +20,29 @@ struct BFloat16 {
 };
 static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2);
 
-inline uint32_t floatBits(float f) {
+DETCOLL_HOST_DEVICE inline uint32_t floatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
   return u;
+#endif
 }
-inline float bitsToFloat(uint32_t u) {
+DETCOLL_HOST_DEVICE inline float bitsToFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
+#endif
 }
 
 constexpr uint16_t kHalfCanonicalNaN = 0x7e00;
 constexpr uint16_t kBFloat16CanonicalNaN = 0x7fc0;
 
-inline float halfToFloat(Half h) {
+DETCOLL_HOST_DEVICE inline float halfToFloat(Half h) {
   const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
   const uint32_t exponent = (h.bits >> 10) & 0x1fu;
   const uint32_t mantissa = h.bits & 0x3ffu;
@@ -44,7 +55,7 @@ inline float halfToFloat(Half h) {
   return bitsToFloat(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-inline Half floatToHalf(float f) {
+DETCOLL_HOST_DEVICE inline Half floatToHalf(float f) {
   const uint32_t x = floatBits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
@@ -68,11 +79,11 @@ inline Half floatToHalf(float f) {
   return Half{static_cast<uint16_t>(sign | h)};
 }
 
-inline float bfloat16ToFloat(BFloat16 b) {
+DETCOLL_HOST_DEVICE inline float bfloat16ToFloat(BFloat16 b) {
   return bitsToFloat(static_cast<uint32_t>(b.bits) << 16);
 }
 
-inline BFloat16 floatToBFloat16(float f) {
+DETCOLL_HOST_DEVICE inline BFloat16 floatToBFloat16(float f) {
   const uint32_t x = floatBits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return BFloat16{kBFloat16CanonicalNaN};
   const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);  // overflow carries into infinity

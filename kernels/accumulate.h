@@ -3,14 +3,16 @@
 // Storage types and their accumulation types, for every kernel that reduces: the rank-order fold
 // (fold.cc) and the deterministic ops (ops/). float32, float16 and bfloat16 accumulate in float
 // (16-bit values convert exactly), float64 in double, int32 and int64 in int64 (two's complement
-// wrap). And the dispatch from a DataType to its storage type.
+// wrap). And the dispatch from a DataType to its storage type. Everything but the dispatch
+// compiles for the device too, so that a CUDA kernel rounds exactly as its CPU reference.
 
 #include <cstdint>
-#include <limits>
+#include <cstring>
 #include <type_traits>
 
 #include "common/dtype.h"
 #include "common/half.h"
+#include "common/host_device.h"
 
 namespace detcoll::kernels {
 
@@ -20,52 +22,66 @@ namespace detcoll::kernels {
 template <typename T>
 struct Traits;
 
+// The canonical quiet NaN of float64 (positive, top mantissa bit only).
+DETCOLL_HOST_DEVICE inline double canonicalNaN64() {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(0x7ff8000000000000ll);
+#else
+  const uint64_t bits = 0x7ff8000000000000ull;
+  double d;
+  std::memcpy(&d, &bits, sizeof(d));
+  return d;
+#endif
+}
+
 template <>
 struct Traits<float> {
   using Acc = float;
-  static Acc load(float v) { return v; }
-  static float round(Acc a) { return a; }
-  static float store(Acc a) { return a != a ? std::numeric_limits<float>::quiet_NaN() : a; }
+  DETCOLL_HOST_DEVICE static Acc load(float v) { return v; }
+  DETCOLL_HOST_DEVICE static float round(Acc a) { return a; }
+  DETCOLL_HOST_DEVICE static float store(Acc a) { return a != a ? bitsToFloat(0x7fc00000u) : a; }
 };
 template <>
 struct Traits<double> {
   using Acc = double;
-  static Acc load(double v) { return v; }
-  static double round(Acc a) { return a; }
-  static double store(Acc a) { return a != a ? std::numeric_limits<double>::quiet_NaN() : a; }
+  DETCOLL_HOST_DEVICE static Acc load(double v) { return v; }
+  DETCOLL_HOST_DEVICE static double round(Acc a) { return a; }
+  DETCOLL_HOST_DEVICE static double store(Acc a) { return a != a ? canonicalNaN64() : a; }
 };
 template <>
 struct Traits<Half> {
   using Acc = float;
-  static Acc load(Half v) { return halfToFloat(v); }
-  static Half round(Acc a) { return floatToHalf(a); }
-  static Half store(Acc a) { return floatToHalf(a); }
+  DETCOLL_HOST_DEVICE static Acc load(Half v) { return halfToFloat(v); }
+  DETCOLL_HOST_DEVICE static Half round(Acc a) { return floatToHalf(a); }
+  DETCOLL_HOST_DEVICE static Half store(Acc a) { return floatToHalf(a); }
 };
 template <>
 struct Traits<BFloat16> {
   using Acc = float;
-  static Acc load(BFloat16 v) { return bfloat16ToFloat(v); }
-  static BFloat16 round(Acc a) { return floatToBFloat16(a); }
-  static BFloat16 store(Acc a) { return floatToBFloat16(a); }
+  DETCOLL_HOST_DEVICE static Acc load(BFloat16 v) { return bfloat16ToFloat(v); }
+  DETCOLL_HOST_DEVICE static BFloat16 round(Acc a) { return floatToBFloat16(a); }
+  DETCOLL_HOST_DEVICE static BFloat16 store(Acc a) { return floatToBFloat16(a); }
 };
 template <>
 struct Traits<int32_t> {
   using Acc = int64_t;
-  static Acc load(int32_t v) { return v; }
-  static int32_t round(Acc a) { return static_cast<int32_t>(static_cast<uint32_t>(a)); }
-  static int32_t store(Acc a) { return round(a); }
+  DETCOLL_HOST_DEVICE static Acc load(int32_t v) { return v; }
+  DETCOLL_HOST_DEVICE static int32_t round(Acc a) {
+    return static_cast<int32_t>(static_cast<uint32_t>(a));
+  }
+  DETCOLL_HOST_DEVICE static int32_t store(Acc a) { return round(a); }
 };
 template <>
 struct Traits<int64_t> {
   using Acc = int64_t;
-  static Acc load(int64_t v) { return v; }
-  static int64_t round(Acc a) { return a; }
-  static int64_t store(Acc a) { return a; }
+  DETCOLL_HOST_DEVICE static Acc load(int64_t v) { return v; }
+  DETCOLL_HOST_DEVICE static int64_t round(Acc a) { return a; }
+  DETCOLL_HOST_DEVICE static int64_t store(Acc a) { return a; }
 };
 
 // a + b and a * b in an accumulation type; integers wrap.
 template <typename A>
-A wrapAdd(A a, A b) {
+DETCOLL_HOST_DEVICE A wrapAdd(A a, A b) {
   if constexpr (std::is_integral_v<A>) {
     return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
   } else {
@@ -73,12 +89,19 @@ A wrapAdd(A a, A b) {
   }
 }
 template <typename A>
-A wrapMultiply(A a, A b) {
+DETCOLL_HOST_DEVICE A wrapMultiply(A a, A b) {
   if constexpr (std::is_integral_v<A>) {
     return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
   } else {
     return a * b;
   }
+}
+
+// Whether a storage type is a floating-point one.
+template <typename T>
+constexpr bool isFloatingStorage() {
+  return std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
+         std::is_same_v<T, BFloat16>;
 }
 
 template <typename T>

@@ -257,6 +257,39 @@ DETCOLL_API detcoll_status_t detcoll_bias_add_grad(const void* grad, const int64
                                                    detcoll_dtype_t dtype, int channels_first,
                                                    void* out);
 
+/* Gathers (README, "Deterministic ops"): each input pixel's gradient is summed from the outputs
+ * that read it, in PyTorch's CPU order. Floating dtypes; tensors are [planes, height, width]
+ * with N x C folded into planes. */
+/* The backward of F.interpolate(mode='bilinear'): grad_input [planes, in_h, in_w] from
+ * grad_output [planes, out_h, out_w]; scale_h, scale_w are the scale factors the forward was
+ * given (<= 0: none, the sizes decide). */
+DETCOLL_API detcoll_status_t detcoll_upsample_bilinear2d_backward(
+    void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes, int64_t in_h,
+    int64_t in_w, int64_t out_h, int64_t out_w, int align_corners, double scale_h, double scale_w);
+/* F.max_pool2d's parameters: kernel, stride, padding and dilation as {height, width}. */
+typedef struct detcoll_pool2d {
+  int64_t kernel[2];
+  int64_t stride[2];
+  int64_t padding[2];
+  int64_t dilation[2];
+  int ceil_mode;
+} detcoll_pool2d_t;
+/* The output size of max_pool2d over in_h x in_w, with the parameters checked as PyTorch does. */
+DETCOLL_API detcoll_status_t detcoll_max_pool2d_output_size(const detcoll_pool2d_t* pool,
+                                                            int64_t in_h, int64_t in_w,
+                                                            int64_t* out_h, int64_t* out_w);
+/* F.max_pool2d(..., return_indices=True): out and indices are [planes, out_h, out_w]; ties go to
+ * the first position in the window, a NaN wins, as in PyTorch. */
+DETCOLL_API detcoll_status_t detcoll_max_pool2d(void* out, int64_t* indices, const void* in,
+                                                detcoll_dtype_t dtype, int64_t planes, int64_t in_h,
+                                                int64_t in_w, const detcoll_pool2d_t* pool);
+/* Its backward; every index must name a position of its own window. */
+DETCOLL_API detcoll_status_t detcoll_max_pool2d_backward(void* grad_input, const void* grad_output,
+                                                         const int64_t* indices,
+                                                         detcoll_dtype_t dtype, int64_t planes,
+                                                         int64_t in_h, int64_t in_w,
+                                                         const detcoll_pool2d_t* pool);
+
 #ifdef __cplusplus
 }
 #endif

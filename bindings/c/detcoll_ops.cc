@@ -1,5 +1,5 @@
-// The C API of the deterministic ops (kernels/ops/): host memory; device pointers are refused
-// with a clear error until the CUDA ops exist.
+// The C API of the deterministic ops (kernels/ops/): host memory. Device pointers are refused with
+// a clear error; the CUDA versions are C++ (kernels/ops/device.h).
 
 #include <atomic>
 #include <string>
@@ -8,6 +8,7 @@
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
 #include "kernels/ops/reduce.h"
+#include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 
 namespace detcoll::capi {
@@ -37,6 +38,24 @@ Status typeOf(const char* op, detcoll_dtype_t dtype, DataType* type) {
                                    std::to_string(static_cast<int>(dtype)));
   }
   *type = static_cast<DataType>(dtype);
+  return Status::ok();
+}
+
+Status poolOf(const char* op, const detcoll_pool2d_t* pool, int64_t planes, int64_t inHeight,
+              int64_t inWidth, ops::Pool2d* p) {
+  if (pool == nullptr) return Status::invalidArgument(std::string(op) + ": pool is null");
+  p->planes = planes;
+  p->inHeight = inHeight;
+  p->inWidth = inWidth;
+  p->kernelHeight = pool->kernel[0];
+  p->kernelWidth = pool->kernel[1];
+  p->strideHeight = pool->stride[0];
+  p->strideWidth = pool->stride[1];
+  p->padHeight = pool->padding[0];
+  p->padWidth = pool->padding[1];
+  p->dilationHeight = pool->dilation[0];
+  p->dilationWidth = pool->dilation[1];
+  p->ceilMode = pool->ceil_mode != 0;
   return Status::ok();
 }
 
@@ -196,6 +215,72 @@ detcoll_status_t detcoll_bias_add_grad(const void* grad, const int64_t* shape, i
   if (status.isOk()) status = hostBuffers(op, {{grad, "grad"}, {out, "out"}});
   if (status.isOk()) {
     status = ops::biasAddGrad(grad, s, type, channels_first != 0, out, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_upsample_bilinear2d_backward(void* grad_input, const void* grad_output,
+                                                      detcoll_dtype_t dtype, int64_t planes,
+                                                      int64_t in_h, int64_t in_w, int64_t out_h,
+                                                      int64_t out_w, int align_corners,
+                                                      double scale_h, double scale_w) {
+  const char* op = "upsample_bilinear2d_backward";
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = hostBuffers(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}});
+  }
+  if (status.isOk()) {
+    ops::Bilinear shape;
+    shape.planes = planes;
+    shape.inHeight = in_h;
+    shape.inWidth = in_w;
+    shape.outHeight = out_h;
+    shape.outWidth = out_w;
+    shape.alignCorners = align_corners != 0;
+    shape.scaleHeight = scale_h;
+    shape.scaleWidth = scale_w;
+    status = ops::bilinear2dBackward(grad_input, grad_output, type, shape, g_opsThreads);
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_max_pool2d_output_size(const detcoll_pool2d_t* pool, int64_t in_h,
+                                                int64_t in_w, int64_t* out_h, int64_t* out_w) {
+  ops::Pool2d p;
+  Status status = poolOf("max_pool2d", pool, 0, in_h, in_w, &p);
+  if (status.isOk()) status = ops::pool2dOutputSize(p, out_h, out_w);
+  return finish(status);
+}
+
+detcoll_status_t detcoll_max_pool2d(void* out, int64_t* indices, const void* in,
+                                    detcoll_dtype_t dtype, int64_t planes, int64_t in_h,
+                                    int64_t in_w, const detcoll_pool2d_t* pool) {
+  const char* op = "max_pool2d";
+  DataType type;
+  ops::Pool2d p;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = poolOf(op, pool, planes, in_h, in_w, &p);
+  if (status.isOk()) status = hostBuffers(op, {{out, "out"}, {indices, "indices"}, {in, "in"}});
+  if (status.isOk()) status = ops::maxPool2d(out, indices, in, type, p, g_opsThreads);
+  return finish(status);
+}
+
+detcoll_status_t detcoll_max_pool2d_backward(void* grad_input, const void* grad_output,
+                                             const int64_t* indices, detcoll_dtype_t dtype,
+                                             int64_t planes, int64_t in_h, int64_t in_w,
+                                             const detcoll_pool2d_t* pool) {
+  const char* op = "max_pool2d_backward";
+  DataType type;
+  ops::Pool2d p;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = poolOf(op, pool, planes, in_h, in_w, &p);
+  if (status.isOk()) {
+    status = hostBuffers(
+        op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}, {indices, "indices"}});
+  }
+  if (status.isOk()) {
+    status = ops::maxPool2dBackward(grad_input, grad_output, indices, type, p, g_opsThreads);
   }
   return finish(status);
 }

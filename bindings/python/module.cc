@@ -5,6 +5,7 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <array>
 
 #include <cstdint>
 #include <string>
@@ -311,6 +312,62 @@ PYBIND11_MODULE(_detcoll, m) {
                                    ptr(out));
     });
   });
+
+  m.def(
+      "upsample_bilinear2d_backward",
+      [](uintptr_t gradInput, uintptr_t gradOutput, int dtype, int64_t planes, int64_t inH,
+         int64_t inW, int64_t outH, int64_t outW, bool alignCorners, double scaleH, double scaleW) {
+        blocking([&] {
+          return detcoll_upsample_bilinear2d_backward(
+              ptr(gradInput), ptr(gradOutput), static_cast<detcoll_dtype_t>(dtype), planes, inH,
+              inW, outH, outW, alignCorners ? 1 : 0, scaleH, scaleW);
+        });
+      });
+  auto pool2d = [](const std::array<int64_t, 2>& kernel, const std::array<int64_t, 2>& stride,
+                   const std::array<int64_t, 2>& padding, const std::array<int64_t, 2>& dilation,
+                   bool ceilMode) {
+    detcoll_pool2d_t p;
+    for (int i = 0; i < 2; ++i) {
+      p.kernel[i] = kernel[i];
+      p.stride[i] = stride[i];
+      p.padding[i] = padding[i];
+      p.dilation[i] = dilation[i];
+    }
+    p.ceil_mode = ceilMode ? 1 : 0;
+    return p;
+  };
+  m.def("max_pool2d_output_size",
+        [pool2d](int64_t inH, int64_t inW, const std::array<int64_t, 2>& kernel,
+                 const std::array<int64_t, 2>& stride, const std::array<int64_t, 2>& padding,
+                 const std::array<int64_t, 2>& dilation, bool ceilMode) {
+          const detcoll_pool2d_t p = pool2d(kernel, stride, padding, dilation, ceilMode);
+          int64_t h = 0, w = 0;
+          blocking([&] { return detcoll_max_pool2d_output_size(&p, inH, inW, &h, &w); });
+          return std::make_pair(h, w);
+        });
+  m.def("max_pool2d",
+        [pool2d](uintptr_t out, uintptr_t indices, uintptr_t in, int dtype, int64_t planes,
+                 int64_t inH, int64_t inW, const std::array<int64_t, 2>& kernel,
+                 const std::array<int64_t, 2>& stride, const std::array<int64_t, 2>& padding,
+                 const std::array<int64_t, 2>& dilation, bool ceilMode) {
+          const detcoll_pool2d_t p = pool2d(kernel, stride, padding, dilation, ceilMode);
+          blocking([&] {
+            return detcoll_max_pool2d(ptr(out), static_cast<int64_t*>(ptr(indices)), ptr(in),
+                                      static_cast<detcoll_dtype_t>(dtype), planes, inH, inW, &p);
+          });
+        });
+  m.def("max_pool2d_backward",
+        [pool2d](uintptr_t gradInput, uintptr_t gradOutput, uintptr_t indices, int dtype,
+                 int64_t planes, int64_t inH, int64_t inW, const std::array<int64_t, 2>& kernel,
+                 const std::array<int64_t, 2>& stride, const std::array<int64_t, 2>& padding,
+                 const std::array<int64_t, 2>& dilation, bool ceilMode) {
+          const detcoll_pool2d_t p = pool2d(kernel, stride, padding, dilation, ceilMode);
+          blocking([&] {
+            return detcoll_max_pool2d_backward(
+                ptr(gradInput), ptr(gradOutput), static_cast<const int64_t*>(ptr(indices)),
+                static_cast<detcoll_dtype_t>(dtype), planes, inH, inW, &p);
+          });
+        });
 
   // Seeds and random fills.
   m.def("rng_seed", [](uint64_t seed) { blocking([&] { return detcoll_rng_seed(seed); }); });

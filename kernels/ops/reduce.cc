@@ -83,53 +83,59 @@ std::vector<int64_t> positions(const Shape& shape, const std::vector<int64_t>& s
 
 }  // namespace
 
-Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
-                   void* out, int threads) {
-  const char* op = "sum";
+Status planSum(const Shape& shape, std::vector<int> axes, SumPlan* plan) {
   const int rank = static_cast<int>(shape.size());
   std::vector<bool> reduced(shape.size(), false);
   for (int& a : axes) {
     if (a < -rank || a >= rank) {
-      return Status::invalidArgument(std::string(op) + ": axis " + std::to_string(a) +
-                                     " is out of range for " + std::to_string(rank) +
-                                     " dimensions");
+      return Status::invalidArgument("axis " + std::to_string(a) + " is out of range for " +
+                                     std::to_string(rank) + " dimensions");
     }
     if (a < 0) a += rank;
-    if (reduced[a]) {
-      return Status::invalidArgument(std::string(op) + ": axis " + std::to_string(a) +
-                                     " appears twice");
-    }
+    if (reduced[a]) return Status::invalidArgument("axis " + std::to_string(a) + " appears twice");
     reduced[a] = true;
   }
   for (int64_t d : shape) {
-    if (d < 0) return Status::invalidArgument(std::string(op) + ": a negative dimension");
+    if (d < 0) return Status::invalidArgument("a negative dimension");
   }
   std::vector<int64_t> strides(shape.size(), 1);
   for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
   std::vector<bool> kept(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) kept[d] = !reduced[d];
-  // Where each output's sequence starts, and the sequence's offsets from there (none when a
-  // reduced axis is empty: every output is 0).
-  const std::vector<int64_t> outBase = positions(shape, strides, kept);
-  const std::vector<int64_t> offsets = positions(shape, strides, reduced);
+  plan->outBase = positions(shape, strides, kept);
+  plan->offsets = positions(shape, strides, reduced);
+  plan->outputsContiguous = rank == 0 || !reduced[rank - 1];
+  return Status::ok();
+}
+
+Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
+                   void* out, int threads) {
+  SumPlan plan;
+  DETCOLL_RETURN_IF_ERROR(planSum(shape, std::move(axes), &plan).prefixed("sum"));
   visitType(type, [&](auto tag) {
-    sumAll<typename decltype(tag)::type>(in, outBase, offsets, out, threads);
+    sumAll<typename decltype(tag)::type>(in, plan.outBase, plan.offsets, out, threads);
   });
   return Status::ok();
 }
 
-Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
-                   void* out, int threads) {
+Status biasAddAxes(const Shape& shape, bool channelsFirst, std::vector<int>* axes) {
   const int rank = static_cast<int>(shape.size());
   if (rank < 2) {
     return Status::invalidArgument("bias_add_grad: the gradient needs at least 2 dimensions, has " +
                                    std::to_string(rank));
   }
   const int channel = channelsFirst ? 1 : rank - 1;
-  std::vector<int> axes;
+  axes->clear();
   for (int d = 0; d < rank; ++d) {
-    if (d != channel) axes.push_back(d);
+    if (d != channel) axes->push_back(d);
   }
+  return Status::ok();
+}
+
+Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
+                   void* out, int threads) {
+  std::vector<int> axes;
+  DETCOLL_RETURN_IF_ERROR(biasAddAxes(shape, channelsFirst, &axes));
   return sumOverAxes(grad, shape, type, axes, out, threads).prefixed("bias_add_grad");
 }
 

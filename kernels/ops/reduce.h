@@ -27,6 +27,18 @@ constexpr int64_t kChunk = 32;
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, int threads);
 
+// Where each output's sequence starts in the input (outBase, one per output, row-major over the
+// kept axes) and the offsets of its elements from there (row-major over the reduced axes; empty
+// when a reduced axis is empty). outputsContiguous: consecutive outputs are consecutive inputs.
+struct SumPlan {
+  std::vector<int64_t> outBase, offsets;
+  bool outputsContiguous = false;
+};
+Status planSum(const Shape& shape, std::vector<int> axes, SumPlan* plan);
+
+// The axes bias_add's gradient sums: all but the channel axis.
+Status biasAddAxes(const Shape& shape, bool channelsFirst, std::vector<int>* axes);
+
 // tf.nn.bias_add's gradient: the sum over every axis but the channel axis, which is the last
 // (NHWC, channels last) or axis 1 (NCHW).
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -5,44 +5,11 @@
 #include <numeric>
 #include <string>
 
+#include "kernels/ops/op_checks.h"
 #include "kernels/ops/segment.h"
 
 namespace detcoll::ops {
 namespace {
-
-// The product of shape[from .. to), clamped to the shape.
-int64_t product(const Shape& shape, size_t from = 0, size_t to = SIZE_MAX) {
-  const auto end = shape.begin() + static_cast<std::ptrdiff_t>(std::min(to, shape.size()));
-  const auto begin = shape.begin() + static_cast<std::ptrdiff_t>(std::min(from, shape.size()));
-  return begin < end ? std::accumulate(begin, end, int64_t{1}, std::multiplies<int64_t>()) : 1;
-}
-
-std::string show(const Shape& shape) {
-  std::string s = "[";
-  for (size_t d = 0; d < shape.size(); ++d) s += (d > 0 ? ", " : "") + std::to_string(shape[d]);
-  return s + "]";
-}
-
-Status checkShape(const char* op, const char* what, const Shape& shape) {
-  for (int64_t d : shape) {
-    if (d < 0) {
-      return Status::invalidArgument(std::string(op) + ": " + what + " has a negative dimension " +
-                                     show(shape));
-    }
-  }
-  return Status::ok();
-}
-
-Status normalizeDim(const char* op, int* dim, size_t rank) {
-  const int r = static_cast<int>(std::max<size_t>(rank, 1));
-  if (*dim < -r || *dim >= r) {
-    return Status::invalidArgument(std::string(op) + ": dim " + std::to_string(*dim) +
-                                   " is out of range for a tensor of " + std::to_string(rank) +
-                                   " dimensions");
-  }
-  if (*dim < 0) *dim += r;
-  return Status::ok();
-}
 
 // Per-source weights 1 / count, formed in the accumulation type's precision (float64 for
 // float64, float32 otherwise), for the reduction.
@@ -68,22 +35,6 @@ class Reciprocals {
   std::vector<double> d_;
 };
 
-// What embedding and embedding_bag backward check alike: a floating dtype, sizes, the indices
-// (paddingIdx, when >= 0, is skipped). Returns the skip rule of the padding index.
-Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
-                      const int64_t* indices, int64_t paddingIdx, Skip* padding) {
-  if (!isFloatingPoint(type)) {
-    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
-                                   dataTypeName(type));
-  }
-  if (numWeights < 0 || count < 0 || dim < 0) {
-    return Status::invalidArgument(std::string(op) + ": negative size");
-  }
-  padding->value = paddingIdx >= 0;
-  padding->which = paddingIdx;
-  return checkSegments(indices, count, numWeights, "indices", *padding).prefixed(op);
-}
-
 }  // namespace
 
 Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
@@ -92,25 +43,8 @@ Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, co
   if (selfShape.empty() && indexShape.empty() && srcShape.empty()) {  // 0-d: one element
     return scatterAdd(self, {1}, type, dim, index, {1}, src, {1}, threads);
   }
-  DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
-  DETCOLL_RETURN_IF_ERROR(checkShape(op, "index", indexShape));
-  DETCOLL_RETURN_IF_ERROR(checkShape(op, "src", srcShape));
-  DETCOLL_RETURN_IF_ERROR(normalizeDim(op, &dim, selfShape.size()));
+  DETCOLL_RETURN_IF_ERROR(checkScatterAddShapes(selfShape, &dim, indexShape, srcShape));
   const size_t rank = selfShape.size();
-  if (indexShape.size() != rank || srcShape.size() != rank) {
-    return Status::invalidArgument(std::string(op) + ": self " + show(selfShape) + ", index " +
-                                   show(indexShape) + " and src " + show(srcShape) +
-                                   " must have the same number of dimensions");
-  }
-  for (size_t d = 0; d < rank; ++d) {
-    if (indexShape[d] > srcShape[d] ||
-        (static_cast<int>(d) != dim && indexShape[d] > selfShape[d])) {
-      return Status::invalidArgument(std::string(op) + ": index " + show(indexShape) +
-                                     " is larger than src " + show(srcShape) + " or, outside dim " +
-                                     std::to_string(dim) + ", than self " + show(selfShape) +
-                                     " in dimension " + std::to_string(d));
-    }
-  }
   const int64_t n = product(indexShape);
   if (n == 0) return Status::ok();
   // Every index position: its destination (self's flat offset) and its source (src's, kept
@@ -155,20 +89,7 @@ Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, cons
                 int64_t indexCount, const void* source, const Shape& sourceShape, double alpha,
                 int threads) {
   const char* op = "index_add";
-  DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
-  DETCOLL_RETURN_IF_ERROR(checkShape(op, "source", sourceShape));
-  DETCOLL_RETURN_IF_ERROR(normalizeDim(op, &dim, selfShape.size()));
-  bool fits = sourceShape.size() == selfShape.size() && indexCount >= 0;
-  for (size_t d = 0; fits && d < selfShape.size(); ++d) {
-    fits =
-        static_cast<int>(d) == dim ? sourceShape[d] == indexCount : sourceShape[d] == selfShape[d];
-  }
-  if (!fits) {
-    return Status::invalidArgument(std::string(op) + ": source " + show(sourceShape) +
-                                   " must be self " + show(selfShape) + " with dimension " +
-                                   std::to_string(dim) + " of the index's length " +
-                                   std::to_string(indexCount));
-  }
+  DETCOLL_RETURN_IF_ERROR(checkIndexAddShapes(selfShape, &dim, indexCount, sourceShape));
   const int64_t m = selfShape.empty() ? 1 : selfShape[dim];
   const int64_t outer = product(selfShape, 0, dim), inner = product(selfShape, dim + 1);
   DETCOLL_RETURN_IF_ERROR(checkSegments(index, indexCount, m, "index").prefixed(op));
@@ -191,12 +112,7 @@ Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const v
                              const Shape& dataShape, const int64_t* segmentIds, int idDims,
                              bool mean, int threads) {
   const char* op = mean ? "unsorted_segment_mean" : "unsorted_segment_sum";
-  DETCOLL_RETURN_IF_ERROR(checkShape(op, "data", dataShape));
-  if (idDims < 0 || static_cast<size_t>(idDims) > dataShape.size() || segments < 0) {
-    return Status::invalidArgument(std::string(op) + ": segment_ids of " + std::to_string(idDims) +
-                                   " dimensions for data " + show(dataShape) + " and " +
-                                   std::to_string(segments) + " segments");
-  }
+  DETCOLL_RETURN_IF_ERROR(checkSegmentShapes(op, segments, dataShape, idDims));
   const int64_t n = product(dataShape, 0, idDims), row = product(dataShape, idDims);
   Skip negative;
   negative.negative = true;
@@ -252,16 +168,11 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
     return Status::invalidArgument(std::string(op) +
                                    ": per_sample_weights need mode sum, as in PyTorch");
   }
-  // The bag of every position, from the offsets (non-decreasing, the first 0, all <= count).
   std::vector<int64_t> bagOf(count);
+  DETCOLL_RETURN_IF_ERROR(checkBagOffsets(offsets, bags, count).prefixed(op));
   for (int64_t b = 0; b < bags; ++b) {
-    const int64_t begin = offsets[b], end = b + 1 < bags ? offsets[b + 1] : count;
-    if ((b == 0 && begin != 0) || begin < 0 || end < begin || end > count) {
-      return Status::invalidArgument(
-          std::string(op) + ": offsets[" + std::to_string(b) + "] = " + std::to_string(begin) +
-          " breaks the rule 0 = offsets[0] <= offsets[1] <= ... <= " + std::to_string(count));
-    }
-    std::fill(bagOf.begin() + begin, bagOf.begin() + end, b);
+    std::fill(bagOf.begin() + offsets[b], bagOf.begin() + (b + 1 < bags ? offsets[b + 1] : count),
+              b);
   }
   if (bags == 0 && count > 0) {
     return Status::invalidArgument(std::string(op) + ": indices but no bags");

@@ -42,6 +42,14 @@ def embedding_grad(fn, ids, weight, **kw):
     return run
 
 
+def input_grad(fn, x, *args, **kw):
+    def run():
+        xx = x.detach().requires_grad_()
+        fn(xx, *args, **kw).sum().backward()
+        return xx.grad
+    return run
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -77,6 +85,16 @@ def main():
     bins = torch.randint(0, 1000, (n,), generator=g)
     cases.append((f"bincount with weights, {n:.0e} -> 1000", lambda: ops.bincount(bins, values),
                   lambda: torch.bincount(bins, values)))
+
+    image = wide(16 * 32 * 56 * 56, g).reshape(16, 32, 56, 56)
+    cases.append(("bilinear backward, [16, 32, 56, 56] x2 up",
+                  input_grad(ops.interpolate, image, scale_factor=2, align_corners=False),
+                  input_grad(F.interpolate, image, scale_factor=2, mode="bilinear",
+                             align_corners=False)))
+    pooled = wide(16 * 32 * 112 * 112, g).reshape(16, 32, 112, 112)
+    cases.append(("max_pool2d fwd+bwd, [16, 32, 112, 112] 3x3 s2",
+                  input_grad(ops.max_pool2d, pooled, 3, stride=2, padding=1),
+                  input_grad(F.max_pool2d, pooled, 3, stride=2, padding=1)))
 
     print(f"# detcoll.torch.ops vs PyTorch {torch.__version__} CPU, {args.threads} thread(s), "
           f"best of {args.repeats}, float32")

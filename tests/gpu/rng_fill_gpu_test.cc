@@ -13,18 +13,10 @@
 #include "kernels/rng/fill.h"
 #include "kernels/rng/fill_cuda.h"
 
+#include "tests/gpu/gpu_test.h"
+
 namespace detcoll::kernels::rng {
 namespace {
-
-bool haveDevice() {
-  int devices = 0;
-  const bool found = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
-  (void)cudaGetLastError();
-  return found;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!haveDevice()) GTEST_SKIP() << "no CUDA device: the GPU fill is compiled but not run here"
 
 struct Case {
   FillSpec spec;
@@ -93,7 +85,7 @@ std::vector<uint8_t> deviceFill(const Key& key, const FillSpec& spec, uint64_t o
 }
 
 TEST(RngFillGpuTest, DeviceFillsEqualTheCpuFillsBitForBit) {
-  SKIP_WITHOUT_GPU();
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU fill is");
   const Key key = rootKey(0x6a09e667f3bcc908ull);
   const struct {
     uint64_t offset;

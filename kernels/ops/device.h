@@ -1,0 +1,54 @@
+#pragma once
+
+// The deterministic ops on a CUDA device: the data-parallel formulation of parallel.h, launched
+// as kernels, with CUB's radix sort for the segment engine. The bits equal the CPU reference's
+// (scatter.h, reduce.h, resample.h) for every dtype and launch configuration. Built only with
+// CUDA.
+//
+// Tensors are device memory; shapes and parameters are host values. Work is enqueued on
+// `stream` (a cudaStream_t; null: the legacy default stream). A call that validates indices
+// (the scatter family, max_pool2d's backward) or learns a size (bincount) waits for that check on
+// the stream before it enqueues the rest; everything else returns without waiting. A bad index
+// gives the CPU reference's error, word for word, with the output untouched; a CUDA failure is
+// DETCOLL_ERR_BACKEND naming the call.
+
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "kernels/ops/resample.h"
+#include "kernels/ops/scatter.h"
+
+namespace detcoll::ops::device {
+
+Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
+                  const Shape& indexShape, const void* src, const Shape& srcShape, void* stream);
+Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
+                int64_t indexCount, const void* source, const Shape& sourceShape, double alpha,
+                void* stream);
+Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const void* data,
+                             const Shape& dataShape, const int64_t* segmentIds, int idDims,
+                             bool mean, void* stream);
+Status embeddingBackward(void* gradWeight, int64_t numWeights, DataType type,
+                         const void* gradOutput, int64_t count, int64_t dim, const int64_t* indices,
+                         int64_t paddingIdx, bool scaleGradByFreq, void* stream);
+Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
+                            const void* gradOutput, int64_t bags, int64_t dim,
+                            const int64_t* indices, int64_t count, const int64_t* offsets,
+                            bool mean, const void* perSampleWeights, int64_t paddingIdx,
+                            void* stream);
+Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
+                const void* weights, int64_t minlength, void* stream);
+Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
+                   void* out, void* stream);
+Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
+                   void* out, void* stream);
+Status bilinear2dBackward(void* gradInput, const void* gradOutput, DataType type,
+                          const Bilinear& shape, void* stream);
+Status maxPool2d(void* out, int64_t* indices, const void* in, DataType type, const Pool2d& pool,
+                 void* stream);
+Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
+                         DataType type, const Pool2d& pool, void* stream);
+
+}  // namespace detcoll::ops::device

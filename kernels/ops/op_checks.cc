@@ -1,0 +1,128 @@
+#include "kernels/ops/op_checks.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+namespace detcoll::ops {
+namespace {
+
+Status checkShape(const char* op, const char* what, const Shape& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return Status::invalidArgument(std::string(op) + ": " + what + " has a negative dimension " +
+                                     show(shape));
+    }
+  }
+  return Status::ok();
+}
+
+Status normalizeDim(const char* op, int* dim, size_t rank) {
+  const int r = static_cast<int>(std::max<size_t>(rank, 1));
+  if (*dim < -r || *dim >= r) {
+    return Status::invalidArgument(std::string(op) + ": dim " + std::to_string(*dim) +
+                                   " is out of range for a tensor of " + std::to_string(rank) +
+                                   " dimensions");
+  }
+  if (*dim < 0) *dim += r;
+  return Status::ok();
+}
+
+}  // namespace
+
+int64_t product(const Shape& shape, size_t from, size_t to) {
+  const auto end = shape.begin() + static_cast<std::ptrdiff_t>(std::min(to, shape.size()));
+  const auto begin = shape.begin() + static_cast<std::ptrdiff_t>(std::min(from, shape.size()));
+  return begin < end ? std::accumulate(begin, end, int64_t{1}, std::multiplies<int64_t>()) : 1;
+}
+
+std::string show(const Shape& shape) {
+  std::string s = "[";
+  for (size_t d = 0; d < shape.size(); ++d) s += (d > 0 ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+Status checkScatterAddShapes(const Shape& selfShape, int* dimension, const Shape& indexShape,
+                             const Shape& srcShape) {
+  const char* op = "scatter_add";
+  int& dim = *dimension;
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "index", indexShape));
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "src", srcShape));
+  DETCOLL_RETURN_IF_ERROR(normalizeDim(op, dimension, selfShape.size()));
+  const size_t rank = selfShape.size();
+  if (indexShape.size() != rank || srcShape.size() != rank) {
+    return Status::invalidArgument(std::string(op) + ": self " + show(selfShape) + ", index " +
+                                   show(indexShape) + " and src " + show(srcShape) +
+                                   " must have the same number of dimensions");
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (indexShape[d] > srcShape[d] ||
+        (static_cast<int>(d) != dim && indexShape[d] > selfShape[d])) {
+      return Status::invalidArgument(std::string(op) + ": index " + show(indexShape) +
+                                     " is larger than src " + show(srcShape) + " or, outside dim " +
+                                     std::to_string(dim) + ", than self " + show(selfShape) +
+                                     " in dimension " + std::to_string(d));
+    }
+  }
+  return Status::ok();
+}
+
+Status checkIndexAddShapes(const Shape& selfShape, int* dimension, int64_t indexCount,
+                           const Shape& sourceShape) {
+  const char* op = "index_add";
+  int& dim = *dimension;
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "source", sourceShape));
+  DETCOLL_RETURN_IF_ERROR(normalizeDim(op, dimension, selfShape.size()));
+  bool fits = sourceShape.size() == selfShape.size() && indexCount >= 0;
+  for (size_t d = 0; fits && d < selfShape.size(); ++d) {
+    fits =
+        static_cast<int>(d) == dim ? sourceShape[d] == indexCount : sourceShape[d] == selfShape[d];
+  }
+  if (!fits) {
+    return Status::invalidArgument(std::string(op) + ": source " + show(sourceShape) +
+                                   " must be self " + show(selfShape) + " with dimension " +
+                                   std::to_string(dim) + " of the index's length " +
+                                   std::to_string(indexCount));
+  }
+  return Status::ok();
+}
+
+Status checkSegmentShapes(const char* op, int64_t segments, const Shape& dataShape, int idDims) {
+  DETCOLL_RETURN_IF_ERROR(checkShape(op, "data", dataShape));
+  if (idDims < 0 || static_cast<size_t>(idDims) > dataShape.size() || segments < 0) {
+    return Status::invalidArgument(std::string(op) + ": segment_ids of " + std::to_string(idDims) +
+                                   " dimensions for data " + show(dataShape) + " and " +
+                                   std::to_string(segments) + " segments");
+  }
+  return Status::ok();
+}
+
+Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
+                      const int64_t* indices, int64_t paddingIdx, Skip* padding) {
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
+                                   dataTypeName(type));
+  }
+  if (numWeights < 0 || count < 0 || dim < 0) {
+    return Status::invalidArgument(std::string(op) + ": negative size");
+  }
+  padding->value = paddingIdx >= 0;
+  padding->which = paddingIdx;
+  return checkSegments(indices, count, numWeights, "indices", *padding).prefixed(op);
+}
+
+Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count) {
+  for (int64_t b = 0; b < bags; ++b) {
+    const int64_t begin = offsets[b], end = b + 1 < bags ? offsets[b + 1] : count;
+    if ((b == 0 && begin != 0) || begin < 0 || end < begin || end > count) {
+      return Status::invalidArgument(
+          "offsets[" + std::to_string(b) + "] = " + std::to_string(begin) +
+          " breaks the rule 0 = offsets[0] <= offsets[1] <= ... <= " + std::to_string(count));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace detcoll::ops

@@ -1,0 +1,40 @@
+#pragma once
+
+// The argument checks of the scatter family, shared by the CPU reference (scatter.cc) and the
+// data-parallel formulation (parallel.h) so that both refuse the same input with the same words.
+
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "kernels/ops/scatter.h"
+#include "kernels/ops/segment.h"
+
+namespace detcoll::ops {
+
+// The product of shape[from .. to), clamped to the shape.
+int64_t product(const Shape& shape, size_t from = 0, size_t to = SIZE_MAX);
+
+// "[2, 3]".
+std::string show(const Shape& shape);
+
+// scatter_add: no negative dimension, dim in range (made non-negative), equal ranks, index no
+// larger than src, nor than self outside dim. Messages begin with "scatter_add: ".
+Status checkScatterAddShapes(const Shape& self, int* dim, const Shape& index, const Shape& src);
+
+// index_add: source is self with dimension dim of the index's length.
+Status checkIndexAddShapes(const Shape& self, int* dim, int64_t indexCount, const Shape& source);
+
+// unsorted_segment_sum / _mean (op names which): the ids' dimensions and the segment count.
+Status checkSegmentShapes(const char* op, int64_t segments, const Shape& data, int idDims);
+
+// embedding and embedding_bag backward alike: a floating dtype, sizes, the indices (paddingIdx,
+// when >= 0, is skipped). Gives the skip rule of the padding index.
+Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
+                      const int64_t* indices, int64_t paddingIdx, Skip* padding);
+
+// embedding_bag's offsets: 0 = offsets[0] <= offsets[1] <= ... <= count (host memory).
+Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count);
+
+}  // namespace detcoll::ops

@@ -1,0 +1,46 @@
+#pragma once
+
+// The CPU twin of the CUDA ops: the data-parallel formulation of parallel.h (sort, segment
+// offsets, per-destination reduction, tree levels, gathers) run on the host, one body call per
+// grid index, with a stable sort in place of the device radix sort. It exists to test the GPU
+// algorithm where there is no GPU: its results must equal the CPU reference's bit for bit, and
+// its errors must read the same. Host memory; the signatures of scatter.h, reduce.h and
+// resample.h without the thread count.
+
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "kernels/ops/resample.h"
+#include "kernels/ops/scatter.h"
+
+namespace detcoll::ops::twin {
+
+Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
+                  const Shape& indexShape, const void* src, const Shape& srcShape);
+Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
+                int64_t indexCount, const void* source, const Shape& sourceShape, double alpha);
+Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const void* data,
+                             const Shape& dataShape, const int64_t* segmentIds, int idDims,
+                             bool mean);
+Status embeddingBackward(void* gradWeight, int64_t numWeights, DataType type,
+                         const void* gradOutput, int64_t count, int64_t dim, const int64_t* indices,
+                         int64_t paddingIdx, bool scaleGradByFreq);
+Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
+                            const void* gradOutput, int64_t bags, int64_t dim,
+                            const int64_t* indices, int64_t count, const int64_t* offsets,
+                            bool mean, const void* perSampleWeights, int64_t paddingIdx);
+Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
+                const void* weights, int64_t minlength);
+Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
+                   void* out);
+Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
+                   void* out);
+Status bilinear2dBackward(void* gradInput, const void* gradOutput, DataType type,
+                          const Bilinear& shape);
+Status maxPool2d(void* out, int64_t* indices, const void* in, DataType type, const Pool2d& pool);
+Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
+                         DataType type, const Pool2d& pool);
+
+}  // namespace detcoll::ops::twin
