@@ -99,8 +99,8 @@ Status checkSegmentShapes(const char* op, int64_t segments, const Shape& dataSha
   return Status::ok();
 }
 
-Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
-                      const int64_t* indices, int64_t paddingIdx, Skip* padding) {
+Status checkEmbeddingSizes(const char* op, DataType type, int64_t numWeights, int64_t count,
+                           int64_t dim) {
   if (!isFloatingPoint(type)) {
     return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
                                    dataTypeName(type));
@@ -108,6 +108,12 @@ Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t
   if (numWeights < 0 || count < 0 || dim < 0) {
     return Status::invalidArgument(std::string(op) + ": negative size");
   }
+  return Status::ok();
+}
+
+Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
+                      const int64_t* indices, int64_t paddingIdx, Skip* padding) {
+  DETCOLL_RETURN_IF_ERROR(checkEmbeddingSizes(op, type, numWeights, count, dim));
   padding->value = paddingIdx >= 0;
   padding->which = paddingIdx;
   return checkSegments(indices, count, numWeights, "indices", *padding).prefixed(op);

@@ -29,7 +29,12 @@ Status checkIndexAddShapes(const Shape& self, int* dim, int64_t indexCount, cons
 // unsorted_segment_sum / _mean (op names which): the ids' dimensions and the segment count.
 Status checkSegmentShapes(const char* op, int64_t segments, const Shape& data, int idDims);
 
-// embedding and embedding_bag backward alike: a floating dtype, sizes, the indices (paddingIdx,
+// embedding and embedding_bag backward alike, before the indices are read: a floating dtype and
+// sizes that are not negative.
+Status checkEmbeddingSizes(const char* op, DataType type, int64_t numWeights, int64_t count,
+                           int64_t dim);
+
+// embedding and embedding_bag backward alike: checkEmbeddingSizes, then the indices (paddingIdx,
 // when >= 0, is skipped). Gives the skip rule of the padding index.
 Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
                       const int64_t* indices, int64_t paddingIdx, Skip* padding);

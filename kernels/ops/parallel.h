@@ -303,6 +303,16 @@ int64_t* failureSlot(E& e) {
   return slot;
 }
 
+// Runs the check body make(slot) over [0, n); *failed gets the first position it recorded
+// (kNoFailure: none).
+template <typename E, typename MakeBody>
+Status runCheck(E& e, int64_t n, const MakeBody& make, int64_t* failed) {
+  int64_t* slot = failureSlot(e);
+  e.launch(n, make(slot));
+  *failed = firstFailure(e, slot);
+  return e.status();
+}
+
 template <typename E>
 int64_t readIndex(E& e, const int64_t* array, int64_t at) {
   int64_t v = 0;
@@ -348,14 +358,15 @@ Status runSegments(E& e, const SegmentJob& job) {
   I* sortedKeys = e.template alloc<I>(n);
   I* positions = carry ? nullptr : e.template alloc<I>(n);
   I* order = carry ? nullptr : e.template alloc<I>(n);
-  int64_t* bad = failureSlot(e);
-  e.launch(n, SegmentKeyBody<I>{job.destination, m, job.skip, keys, positions, bad});
-  const int64_t failed = firstFailure(e, bad);
-  DETCOLL_RETURN_IF_ERROR(e.status());
+  int64_t failed = kNoFailure;
+  DETCOLL_RETURN_IF_ERROR(runCheck(
+      e, n,
+      [&](int64_t* bad) {
+        return SegmentKeyBody<I>{job.destination, m, job.skip, keys, positions, bad};
+      },
+      &failed));
   if (failed != kNoFailure) {
-    return Status::invalidArgument(std::string(job.what) + "[" + std::to_string(failed) +
-                                   "] = " + std::to_string(readIndex(e, job.destination, failed)) +
-                                   " is out of range [0, " + std::to_string(m) + ")");
+    return outOfRange(job.what, failed, readIndex(e, job.destination, failed), m);
   }
   const T* values = static_cast<const T*>(job.values);
   if (carry) {
@@ -461,10 +472,14 @@ Status scatterAdd(E& e, void* self, const Shape& selfShape, DataType type, int d
   place.index = index;
   place.destination = e.template alloc<int64_t>(n);
   place.source = indexShape == srcShape ? nullptr : e.template alloc<int64_t>(n);
-  place.bad = failureSlot(e);
-  e.launch(n, place);
-  const int64_t failed = firstFailure(e, place.bad);
-  DETCOLL_RETURN_IF_ERROR(e.status());
+  int64_t failed = kNoFailure;
+  DETCOLL_RETURN_IF_ERROR(runCheck(
+      e, n,
+      [&](int64_t* bad) {
+        place.bad = bad;
+        return place;
+      },
+      &failed));
   if (failed != kNoFailure) {
     return Status::invalidArgument(
         std::string(op) + ": index value " + std::to_string(readIndex(e, index, failed)) +
@@ -524,25 +539,12 @@ Status unsortedSegmentReduce(E& e, void* out, int64_t segments_, DataType type, 
   return segments(e, job).prefixed(op);
 }
 
-// The checks of checkEmbedding that do not read the indices (those are read on the executor).
-inline Status embeddingSizes(const char* op, DataType type, int64_t numWeights, int64_t count,
-                             int64_t dim) {
-  if (!isFloatingPoint(type)) {
-    return Status::invalidArgument(std::string(op) + ": gradients are floating point, not " +
-                                   dataTypeName(type));
-  }
-  if (numWeights < 0 || count < 0 || dim < 0) {
-    return Status::invalidArgument(std::string(op) + ": negative size");
-  }
-  return Status::ok();
-}
-
 template <typename E>
 Status embeddingBackward(E& e, void* gradWeight, int64_t numWeights, DataType type,
                          const void* gradOutput, int64_t count, int64_t dim, const int64_t* indices,
                          int64_t paddingIdx, bool scaleGradByFreq) {
   const char* op = "embedding_backward";
-  DETCOLL_RETURN_IF_ERROR(embeddingSizes(op, type, numWeights, count, dim));
+  DETCOLL_RETURN_IF_ERROR(checkEmbeddingSizes(op, type, numWeights, count, dim));
   SegmentJob job;
   job.destination = indices;
   job.n = count;
@@ -566,7 +568,7 @@ Status embeddingBagBackward(E& e, void* gradWeight, int64_t numWeights, DataType
                             const int64_t* indices, int64_t count, const int64_t* offsets,
                             bool mean, const void* perSampleWeights, int64_t paddingIdx) {
   const char* op = "embedding_bag_backward";
-  DETCOLL_RETURN_IF_ERROR(embeddingSizes(op, type, numWeights, count, dim));
+  DETCOLL_RETURN_IF_ERROR(checkEmbeddingSizes(op, type, numWeights, count, dim));
   if (bags < 0) return Status::invalidArgument(std::string(op) + ": negative size");
   if (mean && perSampleWeights != nullptr) {
     return Status::invalidArgument(std::string(op) +
@@ -580,22 +582,23 @@ Status embeddingBagBackward(E& e, void* gradWeight, int64_t numWeights, DataType
   job.skip.which = paddingIdx;
   job.what = "indices";
   // The indices first, as the CPU reference checks them first.
-  {
-    int64_t* bad = failureSlot(e);
-    e.launch(count, RangeCheckBody{indices, numWeights, job.skip, bad});
-    const int64_t failed = firstFailure(e, bad);
-    DETCOLL_RETURN_IF_ERROR(e.status());
-    if (failed != kNoFailure) {
-      return Status::invalidArgument(std::string(op) + ": indices[" + std::to_string(failed) +
-                                     "] = " + std::to_string(readIndex(e, indices, failed)) +
-                                     " is out of range [0, " + std::to_string(numWeights) + ")");
-    }
+  int64_t failed = kNoFailure;
+  DETCOLL_RETURN_IF_ERROR(runCheck(
+      e, count,
+      [&](int64_t* bad) {
+        return RangeCheckBody{indices, numWeights, job.skip, bad};
+      },
+      &failed));
+  if (failed != kNoFailure) {
+    return outOfRange("indices", failed, readIndex(e, indices, failed), numWeights).prefixed(op);
   }
   if (bags > 0) {
-    int64_t* bad = failureSlot(e);
-    e.launch(bags, BagOffsetsCheckBody{offsets, bags, count, bad});
-    const int64_t failed = firstFailure(e, bad);
-    DETCOLL_RETURN_IF_ERROR(e.status());
+    DETCOLL_RETURN_IF_ERROR(runCheck(
+        e, bags,
+        [&](int64_t* bad) {
+          return BagOffsetsCheckBody{offsets, bags, count, bad};
+        },
+        &failed));
     if (failed != kNoFailure) {
       return Status::invalidArgument(
           std::string(op) + ": offsets[" + std::to_string(failed) +
@@ -645,9 +648,13 @@ Status bincount(E& e, void* out, int64_t* outLength, DataType type, const int64_
   DETCOLL_RETURN_IF_ERROR(e.status());
   if (lo < 0) {
     // The first negative entry, as the CPU reference names it.
-    int64_t* bad = failureSlot(e);
-    e.launch(count, RangeCheckBody{input, std::numeric_limits<int64_t>::max(), Skip{}, bad});
-    const int64_t failed = firstFailure(e, bad);
+    int64_t failed = kNoFailure;
+    DETCOLL_RETURN_IF_ERROR(runCheck(
+        e, count,
+        [&](int64_t* bad) {
+          return RangeCheckBody{input, std::numeric_limits<int64_t>::max(), Skip{}, bad};
+        },
+        &failed));
     return Status::invalidArgument(std::string(op) + ": input[" + std::to_string(failed) + "] = " +
                                    std::to_string(readIndex(e, input, failed)) + " is negative");
   }
@@ -776,10 +783,13 @@ Status maxPool2dBackward(E& e, void* gradInput, const void* gradOutput, const in
   int64_t oh = 0, ow = 0;
   DETCOLL_RETURN_IF_ERROR(checkMaxPool(op, type, p, {gradInput, gradOutput, indices}, &oh, &ow));
   const resample::PoolGeometry g = resample::geometry(p, oh, ow);
-  int64_t* bad = failureSlot(e);
-  e.launch(p.planes * oh * ow, resample::MaxPoolIndexCheckBody{indices, g, bad});
-  const int64_t failed = firstFailure(e, bad);
-  DETCOLL_RETURN_IF_ERROR(e.status());
+  int64_t failed = kNoFailure;
+  DETCOLL_RETURN_IF_ERROR(runCheck(
+      e, p.planes * oh * ow,
+      [&](int64_t* bad) {
+        return resample::MaxPoolIndexCheckBody{indices, g, bad};
+      },
+      &failed));
   if (failed != kNoFailure) {
     return badPoolIndex(op, failed, readIndex(e, indices, failed), p, oh, ow);
   }

@@ -133,15 +133,11 @@ int64_t emptyIndex(const resample::PoolGeometry& g, int64_t oh, int64_t ow) {
 }
 
 // The first output whose index is not a position of its window (INT64_MAX: none): the check of
-// MaxPoolIndexCheckBody, with the window origins stepped rather than divided out.
-int64_t firstBadPoolIndex(const int64_t* indices, const resample::PoolGeometry& g, int64_t planes) {
-  auto onAxis = [](int64_t i, int64_t start, int64_t kernel, int64_t dilation) {
-    const int64_t k = i - start;
-    return k >= 0 && k <= (kernel - 1) * dilation && (dilation == 1 || k % dilation == 0);
-  };
+// MaxPoolIndexCheckBody, with the window origins stepped rather than divided out of t.
+int64_t firstBadPoolIndex(const int64_t* indices, const resample::PoolGeometry& g, int64_t planes,
+                          const std::vector<char>& rowEmpty, const std::vector<char>& columnEmpty) {
+  using Check = resample::MaxPoolIndexCheckBody;
   const int64_t inPlane = g.inHeight * g.inWidth;
-  std::vector<char> rowEmpty, columnEmpty;
-  emptyWindows(g, &rowEmpty, &columnEmpty);
   for (int64_t t = 0, plane = 0; plane < planes; ++plane) {
     for (int64_t oh = 0; oh < g.outHeight; ++oh) {
       const int64_t y0 = oh * g.strideHeight - g.padHeight;
@@ -151,9 +147,10 @@ int64_t firstBadPoolIndex(const int64_t* indices, const resample::PoolGeometry& 
           if (index != emptyIndex(g, oh, ow)) return t;
           continue;
         }
-        const int64_t y = index / g.inWidth, x = index - y * g.inWidth;
-        if (index < 0 || index >= inPlane || !onAxis(y, y0, g.kernelHeight, g.dilationHeight) ||
-            !onAxis(x, ow * g.strideWidth - g.padWidth, g.kernelWidth, g.dilationWidth)) {
+        if (index < 0 || index >= inPlane ||
+            !Check::onAxis(index / g.inWidth, y0, g.kernelHeight, g.dilationHeight, g.inHeight) ||
+            !Check::onAxis(index % g.inWidth, ow * g.strideWidth - g.padWidth, g.kernelWidth,
+                           g.dilationWidth, g.inWidth)) {
           return t;
         }
       }
@@ -278,7 +275,7 @@ Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t*
   const resample::PoolGeometry g = resample::geometry(p, oh, ow);
   std::vector<char> rowEmpty, columnEmpty;
   emptyWindows(g, &rowEmpty, &columnEmpty);
-  const int64_t bad = firstBadPoolIndex(indices, g, p.planes);
+  const int64_t bad = firstBadPoolIndex(indices, g, p.planes, rowEmpty, columnEmpty);
   if (bad != std::numeric_limits<int64_t>::max()) {
     return badPoolIndex(op, bad, indices[bad], p, oh, ow);
   }

@@ -219,6 +219,12 @@ Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations
   return Status::ok();
 }
 
+Status outOfRange(const char* what, int64_t at, int64_t value, int64_t destinations) {
+  return Status::invalidArgument(std::string(what) + "[" + std::to_string(at) +
+                                 "] = " + std::to_string(value) + " is out of range [0, " +
+                                 std::to_string(destinations) + ")");
+}
+
 Status checkSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
                      Skip skip) {
   if (n < 0 || destinations < 0) {
@@ -230,11 +236,7 @@ Status checkSegments(const int64_t* destination, int64_t n, int64_t destinations
   for (int64_t s = 0; s < n; ++s) {
     const int64_t d = destination[s];
     if (skip(d)) continue;
-    if (d < 0 || d >= destinations) {
-      return Status::invalidArgument(std::string(what) + "[" + std::to_string(s) +
-                                     "] = " + std::to_string(d) + " is out of range [0, " +
-                                     std::to_string(destinations) + ")");
-    }
+    if (d < 0 || d >= destinations) return outOfRange(what, s, d, destinations);
   }
   return Status::ok();
 }

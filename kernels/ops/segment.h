@@ -49,6 +49,9 @@ struct Skip {
 Status planSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
                     SegmentPlan* plan, Skip skip = {});
 
+// The error of destination[at] = value outside [0, destinations), `what` naming the array.
+Status outOfRange(const char* what, int64_t at, int64_t value, int64_t destinations);
+
 // The range checks of planSegments alone.
 Status checkSegments(const int64_t* destination, int64_t n, int64_t destinations, const char* what,
                      Skip skip = {});

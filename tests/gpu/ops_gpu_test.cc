@@ -65,15 +65,10 @@ class Device {
   size_t bytes_;
 };
 
-void expectSame(const Bytes& gpu, const Bytes& cpu, DataType type, const std::string& what) {
-  ASSERT_EQ(gpu.size(), cpu.size()) << what;
-  const long at =
-      testing::firstDifference(gpu.data(), cpu.data(), gpu.size() / dataTypeSize(type), type);
-  EXPECT_EQ(at, -1) << what << " (" << dataTypeName(type) << "): element " << at << " is "
-                    << (at < 0 ? "" : testing::describeElement(gpu.data(), at, type))
-                    << " on the GPU and "
-                    << (at < 0 ? "" : testing::describeElement(cpu.data(), at, type))
-                    << " on the CPU";
+void expectSame(const Bytes& actual, const Bytes& expected, DataType type,
+                const std::string& what) {
+  EXPECT_EQ(testing::bitsDiffer(actual, expected, type, "the GPU result", "the CPU reference"), "")
+      << what;
 }
 
 TEST(OpsGpu, ScatterAddOneDimensionalHeavyDuplication) {

@@ -1,10 +1,12 @@
 #pragma once
 
 // Inputs for the op tests: wide-range random values of any dtype (reference.h's randomBuffer)
-// and random indices, many of them repeated.
+// and random indices, many of them repeated; and the comparison of two results' bits.
 
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
@@ -16,6 +18,14 @@ inline std::vector<uint8_t> opValues(DataType type, int64_t n, uint64_t seed) {
   return randomBuffer(type, static_cast<size_t>(n), seed);
 }
 
+// Wide-range, non-integer float32 values, seeded from g.
+inline std::vector<float> wideFloats(size_t n, std::mt19937_64& g) {
+  const std::vector<uint8_t> bytes = randomBuffer(DataType::kFloat32, n, g());
+  std::vector<float> v(n);
+  std::memcpy(v.data(), bytes.data(), n * sizeof(float));
+  return v;
+}
+
 // n indices drawn uniformly from [lo, hi).
 inline std::vector<int64_t> opIndices(int64_t n, int64_t lo, int64_t hi, uint64_t seed) {
   std::mt19937_64 g(seed);
@@ -23,6 +33,20 @@ inline std::vector<int64_t> opIndices(int64_t n, int64_t lo, int64_t hi, uint64_
   std::vector<int64_t> v(static_cast<size_t>(n));
   for (int64_t& x : v) x = pick(g);
   return v;
+}
+
+// "" when a and b hold the same bits; otherwise the first element that differs, as
+// "element i is <a's> in <aName> and <b's> in <bName>" (or the sizes, when they differ).
+inline std::string bitsDiffer(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                              DataType type, const char* aName, const char* bName) {
+  if (a.size() != b.size()) {
+    return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size()) + " bytes";
+  }
+  const long at = firstDifference(a.data(), b.data(), a.size() / dataTypeSize(type), type);
+  if (at < 0) return "";
+  return dataTypeName(type) + " element " + std::to_string(at) + " is " +
+         describeElement(a.data(), at, type) + " in " + aName + " and " +
+         describeElement(b.data(), at, type) + " in " + bName;
 }
 
 }  // namespace detcoll::testing

@@ -12,18 +12,11 @@
 #include <vector>
 
 #include "common/half.h"
+#include "tests/support/op_data.h"
 #include "tests/support/reference.h"
 
 namespace detcoll::ops {
 namespace {
-
-// Wide-range, non-integer float32 values (tests/support), seeded from g.
-std::vector<float> wide(size_t n, std::mt19937_64& g) {
-  const std::vector<uint8_t> bytes = testing::randomBuffer(DataType::kFloat32, n, g());
-  std::vector<float> v(n);
-  std::memcpy(v.data(), bytes.data(), n * sizeof(float));
-  return v;
-}
 
 // The definition, recursively: pairs of the level below, an odd last one carried up.
 float combine(const std::vector<float>& level) {
@@ -51,7 +44,7 @@ float tree(const std::vector<float>& x) {
 TEST(SumOverAxes, MatchesTheRecursiveTreeForEveryAxisSet) {
   std::mt19937_64 g(21);
   const Shape shape{3, 70, 5, 9};
-  const std::vector<float> x = wide(3 * 70 * 5 * 9, g);
+  const std::vector<float> x = testing::wideFloats(3 * 70 * 5 * 9, g);
   for (const std::vector<int>& axes :
        std::vector<std::vector<int>>{{1}, {0, 2, 3}, {-1}, {0, 1, 2, 3}, {1, 3}, {}}) {
     std::vector<bool> reduced(4, false);
@@ -90,7 +83,7 @@ TEST(SumOverAxes, TheTreeIsNotASequentialSum) {
   std::mt19937_64 g(22);
   int differ = 0;
   for (int trial = 0; trial < 50; ++trial) {
-    const std::vector<float> x = wide(70, g);
+    const std::vector<float> x = testing::wideFloats(70, g);
     float sequential = 0.0f;
     for (float v : x) sequential += v;
     float out = 0.0f;
@@ -104,7 +97,7 @@ TEST(SumOverAxes, TheTreeIsNotASequentialSum) {
 TEST(BiasAddGrad, ChannelsFirstAndLastOfTheSameDataAgreeBitForBit) {
   std::mt19937_64 g(23);
   const int64_t n = 4, c = 6, h = 9, w = 11;
-  const std::vector<float> nchw = wide(n * c * h * w, g);
+  const std::vector<float> nchw = testing::wideFloats(n * c * h * w, g);
   std::vector<float> nhwc(nchw.size());
   for (int64_t a = 0; a < n; ++a)
     for (int64_t b = 0; b < c; ++b)
@@ -130,7 +123,7 @@ TEST(BiasAddGrad, ChannelsFirstAndLastOfTheSameDataAgreeBitForBit) {
 
 TEST(SumOverAxes, HalfAccumulatesInFloatAndChecksArguments) {
   std::mt19937_64 g(24);
-  const std::vector<float> values = wide(1000, g);
+  const std::vector<float> values = testing::wideFloats(1000, g);
   std::vector<Half> x(values.size());
   std::vector<float> exact(values.size());
   for (size_t i = 0; i < x.size(); ++i) {

@@ -14,18 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/op_data.h"
 #include "tests/support/reference.h"
 
 namespace detcoll::ops {
 namespace {
-
-// Wide-range, non-integer float32 values (tests/support), seeded from g.
-std::vector<float> wide(size_t n, std::mt19937_64& g) {
-  const std::vector<uint8_t> bytes = testing::randomBuffer(DataType::kFloat32, n, g());
-  std::vector<float> v(n);
-  std::memcpy(v.data(), bytes.data(), n * sizeof(float));
-  return v;
-}
 
 std::vector<int64_t> indices(size_t n, int64_t m, std::mt19937_64& g) {
   std::uniform_int_distribution<int64_t> pick(0, m - 1);
@@ -50,8 +43,8 @@ TEST(ScatterAdd, EveryDimMatchesTheLoopAndIgnoresThreads) {
     if (d != 2) idx[2] = 6;
     const int64_t n = idx[0] * idx[1] * idx[2];
     const std::vector<int64_t> where = indices(n, self[d], g);
-    const std::vector<float> values = wide(9 * 6 * 8, g);
-    const std::vector<float> base = wide(7 * 5 * 6, g);
+    const std::vector<float> values = testing::wideFloats(9 * 6 * 8, g);
+    const std::vector<float> base = testing::wideFloats(7 * 5 * 6, g);
     std::vector<float> expected = base;
     for (int64_t i = 0; i < idx[0]; ++i)
       for (int64_t j = 0; j < idx[1]; ++j)
@@ -79,7 +72,8 @@ TEST(IndexAdd, MiddleDimWithAlphaMatchesTheLoop) {
   const int64_t n = 500;
   const Shape source{3, n, 5};
   const std::vector<int64_t> where = indices(n, 40, g);
-  const std::vector<float> values = wide(3 * n * 5, g), base = wide(3 * 40 * 5, g);
+  const std::vector<float> values = testing::wideFloats(3 * n * 5, g),
+                           base = testing::wideFloats(3 * 40 * 5, g);
   for (double alpha : {1.0, -0.375}) {
     std::vector<float> expected = base;
     for (int64_t o = 0; o < 3; ++o)
@@ -103,7 +97,7 @@ TEST(UnsortedSegment, SumAndMeanDropNegativeIds) {
   const int64_t n = 3000, segments = 11, row = 4;
   std::vector<int64_t> ids = indices(n, segments + 2, g);
   for (int64_t& id : ids) id -= 2;  // some -1 and -2: dropped
-  const std::vector<float> data = wide(n * row, g);
+  const std::vector<float> data = testing::wideFloats(n * row, g);
   std::vector<float> sum(segments * row, 0.0f);
   std::vector<int64_t> count(segments, 0);
   for (int64_t i = 0; i < n; ++i) {
@@ -136,7 +130,7 @@ TEST(Embedding, BackwardWithPaddingAndFrequencyScaling) {
   std::mt19937_64 g(14);
   const int64_t n = 4000, m = 30, dim = 8, padding = 3;
   const std::vector<int64_t> idx = indices(n, m, g);
-  const std::vector<float> grad = wide(n * dim, g);
+  const std::vector<float> grad = testing::wideFloats(n * dim, g);
   for (bool byFreq : {false, true}) {
     std::vector<int64_t> freq(m, 0);
     for (int64_t k : idx) ++freq[k];
@@ -166,7 +160,8 @@ TEST(EmbeddingBag, SumMeanAndPerSampleWeights) {
   for (int64_t b = 1; b < bags; ++b) offsets.push_back(offsets.back() + (g() % 9));  // some empty
   const int64_t n = offsets.back() + 6;
   const std::vector<int64_t> idx = indices(n, m, g);
-  const std::vector<float> grad = wide(bags * dim, g), psw = wide(n, g);
+  const std::vector<float> grad = testing::wideFloats(bags * dim, g),
+                           psw = testing::wideFloats(n, g);
   auto bagOf = [&](int64_t k) {
     return static_cast<int64_t>(std::upper_bound(offsets.begin(), offsets.end(), k) -
                                 offsets.begin()) -
@@ -207,7 +202,7 @@ TEST(Bincount, WeightsAndCounts) {
   std::mt19937_64 g(16);
   const int64_t n = 10000;
   const std::vector<int64_t> input = indices(n, 37, g);
-  const std::vector<float> weights = wide(n, g);
+  const std::vector<float> weights = testing::wideFloats(n, g);
   int64_t length = 0;
   ASSERT_TRUE(bincount(nullptr, &length, DataType::kFloat32, input.data(), n, weights.data(), 50, 1)
                   .isOk());
