@@ -5,32 +5,20 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/codec.h"
 #include "kernels/fold.h"
 
 namespace detcoll::kernels {
 namespace {
 
-using u128 = unsigned __int128;
-
-struct Format {
-  int mantissaBits;  // explicit fraction bits
-  int exponentBits;
-  int bias;
-  int bytes;
-};
-
-Format formatOf(DataType type) {
-  switch (type) {
-    case DataType::kFloat64:
-      return {52, 11, 1023, 8};
-    case DataType::kFloat16:
-      return {10, 5, 15, 2};
-    case DataType::kBFloat16:
-      return {7, 8, 127, 2};
-    default:
-      return {23, 8, 127, 4};
-  }
-}
+using codec::canonicalNaN;
+using codec::encodeValue;
+using codec::Fields;
+using codec::Format;
+using codec::formatOf;
+using codec::keyOf;
+using codec::split;
+using codec::u128;
 
 uint64_t loadBits(const void* data, size_t i, int bytes) {
   const char* p = static_cast<const char*>(data) + i * bytes;
@@ -87,31 +75,6 @@ void storeKey(void* keys, size_t i, size_t keyBytes, uint32_t key) {
   }
 }
 
-struct Fields {
-  bool negative;
-  uint32_t exponent;  // biased exponent field
-  uint64_t fraction;
-};
-
-Fields split(uint64_t bits, const Format& f) {
-  return {((bits >> (f.exponentBits + f.mantissaBits)) & 1) != 0,
-          static_cast<uint32_t>((bits >> f.mantissaBits) & ((1u << f.exponentBits) - 1)),
-          bits & ((uint64_t{1} << f.mantissaBits) - 1)};
-}
-
-uint32_t keyOf(uint64_t bits, const Format& f) {
-  const Fields x = split(bits, f);
-  const uint32_t allOnes = (1u << f.exponentBits) - 1;
-  if (x.exponent == allOnes) return allOnes;
-  if (x.exponent == 0 && x.fraction == 0) return 0;
-  return std::max<uint32_t>(x.exponent, 1);
-}
-
-uint64_t canonicalNaN(const Format& f) {
-  const uint64_t exponent = ((uint64_t{1} << f.exponentBits) - 1) << f.mantissaBits;
-  return exponent | (uint64_t{1} << (f.mantissaBits - 1));
-}
-
 bool isIntegerType(DataType type) {
   return type == DataType::kInt32 || type == DataType::kInt64;
 }
@@ -131,35 +94,6 @@ int64_t wrappingAdd(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 
-// Encoding of one float leaf on the grid of `key`: round(m * 2^shift), to nearest even.
-int64_t encodeValue(uint64_t bits, uint32_t key, const Format& f) {
-  const Fields x = split(bits, f);
-  if (x.exponent == 0 && x.fraction == 0) return 0;
-  const int effective = static_cast<int>(std::max<uint32_t>(x.exponent, 1));
-  const uint64_t m = x.fraction | (x.exponent != 0 ? uint64_t{1} << f.mantissaBits : 0);
-  const int shift = effective - static_cast<int>(key) + (61 - kHeadroomBits - f.mantissaBits);
-  uint64_t q;
-  if (shift >= 0) {
-    q = m << shift;  // shift <= 61 - H - mantissaBits: q < 2^(62 - H)
-  } else if (-shift >= 64) {
-    q = 0;  // m < 2^53 <= half a grid step
-  } else {
-    const int r = -shift;
-    q = m >> r;
-    const uint64_t rest = m & ((uint64_t{1} << r) - 1);
-    const uint64_t half = uint64_t{1} << (r - 1);
-    if (rest > half || (rest == half && (q & 1))) ++q;
-  }
-  return x.negative ? -static_cast<int64_t>(q) : static_cast<int64_t>(q);
-}
-
-int bitLength(u128 v) {
-  const uint64_t high = static_cast<uint64_t>(v >> 64);
-  const uint64_t low = static_cast<uint64_t>(v);
-  if (high != 0) return 128 - __builtin_clzll(high);
-  return low == 0 ? 0 : 64 - __builtin_clzll(low);
-}
-
 // float32 fast paths. Same bits as the general code above, by exact double arithmetic:
 // power-of-two scalings are exact, and adding then subtracting 1.5 * 2^52 rounds a double of
 // magnitude below 2^51 to an integer, ties to even, whose two's complement is the difference of
@@ -167,16 +101,9 @@ int bitLength(u128 v) {
 constexpr double kRoundMagic = 6755399441055744.0;  // 1.5 * 2^52
 constexpr int64_t kRoundMagicBits = 0x4338000000000000;
 
-inline double doubleFromBits(uint64_t bits) {
-  double d;
-  std::memcpy(&d, &bits, 8);
-  return d;
-}
-inline int64_t bitsFromDouble(double d) {
-  int64_t bits;
-  std::memcpy(&bits, &d, 8);
-  return bits;
-}
+using codec::bitsFromDouble;
+using codec::doubleFromBits;
+using codec::quotientNeedsExact;
 
 // The hot loops are compiled for AVX2 too and picked at run time; the operations, hence the
 // bits, are the same on every path (contraction stays off, so no FMA).
@@ -222,17 +149,6 @@ DETCOLL_VECTOR_CLONES void encodeFloat32(int64_t* out, const void* leaf, const u
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = encode(i);
   }
-}
-
-// Whether v, a quotient rounded to double then scaled exactly, must be settled by the exact path
-// before it is rounded to float: a double that sits exactly on a float midpoint may hide which
-// way the exact quotient lies, and so may one in float's subnormal range (nonzero: the exact
-// value was not zero).
-__attribute__((always_inline)) inline bool quotientNeedsExact(double v, bool nonzero) {
-  const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
-  const bool midpoint = (vb & 0x1fffffffu) == 0x10000000u;
-  const bool tiny = ((vb & 0x7fffffffffffffffu) < 0x3810000000000000u) & nonzero;
-  return midpoint | tiny;
 }
 
 // The exact decode of the general code for the elements the double path cannot settle.
@@ -346,20 +262,13 @@ DETCOLL_VECTOR_CLONES void divideFloat32Block(float* out, const uint32_t* keys, 
 // The result of an element with a non-finite leaf: NaN if any leaf is NaN or both infinities
 // meet, else the infinity.
 uint64_t nonFiniteResult(const void* const* leaves, int nleaves, size_t i, const Format& f) {
-  const uint32_t special = (1u << f.exponentBits) - 1;
-  bool positive = false;
-  bool negative = false;
+  int64_t counts[3] = {0, 0, 0};
   for (int l = 0; l < nleaves; ++l) {
     const Fields x = split(loadBits(leaves[l], i, f.bytes), f);
-    if (x.exponent != special) continue;
-    if (x.fraction != 0) return canonicalNaN(f);
-    (x.negative ? negative : positive) = true;
+    if (x.exponent == codec::specialKey(f)) ++counts[codec::nonFiniteClass(x)];
   }
-  if (positive && negative) return canonicalNaN(f);
-  const uint64_t infinity = static_cast<uint64_t>(special) << f.mantissaBits;
-  return negative ? (uint64_t{1} << (f.exponentBits + f.mantissaBits)) | infinity : infinity;
+  return codec::nonFiniteBits(counts[0], counts[1], counts[2], f);
 }
-
 }  // namespace
 
 size_t exponentKeyBytes(DataType type) {
@@ -380,62 +289,15 @@ uint32_t nonFiniteKey(DataType type) {
 }
 
 uint64_t roundToFloatBits(bool negative, u128 magnitude, int exponent, bool sticky, DataType type) {
-  const Format f = formatOf(type);
-  const uint64_t sign = static_cast<uint64_t>(negative) << (f.exponentBits + f.mantissaBits);
-  if (magnitude == 0) return 0;
-  const int lead = exponent + bitLength(magnitude) - 1;  // exponent of the leading bit
-  const int minNormal = 1 - f.bias;
-  // Exponent of the result's last mantissa bit: fixed in the subnormal range.
-  int lsb = std::max(lead - f.mantissaBits, minNormal - f.mantissaBits);
-  const int drop = lsb - exponent;
-  u128 q;
-  if (drop <= 0) {
-    q = magnitude << (-drop);  // exact: at most mantissaBits + 1 bits
-  } else if (drop >= 128) {
-    return sign;  // far below the smallest subnormal: rounds to zero
-  } else {
-    q = magnitude >> drop;
-    const u128 rest = magnitude & ((u128{1} << drop) - 1);
-    const u128 half = u128{1} << (drop - 1);
-    if (rest > half || (rest == half && (sticky || (q & 1)))) ++q;
-  }
-  if (q >> (f.mantissaBits + 1)) {  // the rounding carried into a new leading bit
-    q >>= 1;
-    ++lsb;
-  }
-  uint64_t biased = 0;
-  uint64_t fraction = static_cast<uint64_t>(q);
-  if (q >> f.mantissaBits) {
-    biased = static_cast<uint64_t>(lsb + f.mantissaBits + f.bias);
-    fraction &= (uint64_t{1} << f.mantissaBits) - 1;
-  }
-  const uint64_t allOnes = (uint64_t{1} << f.exponentBits) - 1;
-  if (biased >= allOnes) return sign | (allOnes << f.mantissaBits);  // beyond the range: inf
-  return sign | (biased << f.mantissaBits) | fraction;
+  return codec::roundToFloatBits(negative, magnitude, exponent, sticky, formatOf(type));
 }
 
 namespace {
 
-uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType type, bool average,
+uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType, bool average,
                    int64_t leaves) {
-  if (key == static_cast<uint32_t>((1 << f.exponentBits) - 1)) {
-    return canonicalNaN(f);  // fixed by applyNonFinite
-  }
-  const bool negative = sum < 0;
-  const u128 magnitude =
-      static_cast<u128>(negative ? -static_cast<uint64_t>(sum) : static_cast<uint64_t>(sum));
-  // The grid step of this element: 2^(key - bias + 1 - 62 + H).
-  const int grid = static_cast<int>(key) - f.bias - 61 + kHeadroomBits;
-  if (average && leaves > 1 && magnitude != 0) {
-    // Scale to 127 bits first, so that the quotient keeps at least 127 - 17 bits: more than any
-    // dtype's mantissa plus a rounding bit, so the sticky bit decides ties correctly.
-    const int shift = 127 - bitLength(magnitude);
-    const u128 scaled = magnitude << shift;
-    const u128 quotient = scaled / static_cast<u128>(leaves);
-    const bool sticky = quotient * static_cast<u128>(leaves) != scaled;
-    return roundToFloatBits(negative, quotient, grid - shift, sticky, type);
-  }
-  return roundToFloatBits(negative, magnitude, grid, false, type);
+  if (key == codec::specialKey(f)) return canonicalNaN(f);  // fixed by applyNonFinite
+  return codec::decodeSum(sum, key, f, average, leaves);
 }
 
 }  // namespace
@@ -540,7 +402,7 @@ void countNonFinite(int64_t* counts, const void* const* leaves, int nleaves, con
     for (int l = 0; l < nleaves; ++l) {
       const Fields x = split(loadBits(leaves[l], i, f.bytes), f);
       if (x.exponent != special) continue;
-      ++counts[3 * k + (x.fraction != 0 ? 2 : (x.negative ? 1 : 0))];
+      ++counts[3 * k + codec::nonFiniteClass(x)];
     }
     ++k;
   }
@@ -551,14 +413,11 @@ void applyNonFinite(void* out, const int64_t* counts, const void* keys, size_t c
   const Format f = formatOf(type);
   const size_t kb = exponentKeyBytes(type);
   const uint32_t special = nonFiniteKey(type);
-  const uint64_t infinity = static_cast<uint64_t>(special) << f.mantissaBits;
-  const uint64_t signBit = uint64_t{1} << (f.exponentBits + f.mantissaBits);
   size_t k = 0;
   for (size_t i = 0; i < count; ++i) {
     if (loadKey(keys, i, kb) != special) continue;
     const int64_t* c = counts + 3 * k++;
-    uint64_t bits = canonicalNaN(f);
-    if (c[2] == 0 && !(c[0] > 0 && c[1] > 0)) bits = c[0] > 0 ? infinity : (signBit | infinity);
+    const uint64_t bits = codec::nonFiniteBits(c[0], c[1], c[2], f);
     storeBits(out, i, f.bytes, bits);
   }
 }

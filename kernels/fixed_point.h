@@ -30,11 +30,12 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "kernels/codec.h"
 
 namespace detcoll::kernels {
 
 // H: headroom bits; the sum of up to 2^H leaves cannot overflow.
-constexpr int kHeadroomBits = 16;
+constexpr int kHeadroomBits = codec::kHeadroomBits;
 constexpr int64_t kMaxLeaves = int64_t{1} << kHeadroomBits;
 
 // Bytes of one element's key: 1 for float32, float16, bfloat16; 2 for float64; 0 for integers.

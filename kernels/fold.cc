@@ -1,40 +1,11 @@
 #include "kernels/fold.h"
 
-#include <cmath>
-#include <cstring>
-#include <limits>
-
 #include "common/half.h"
 #include "kernels/accumulate.h"
+#include "kernels/combine.h"
 
 namespace detcoll::kernels {
 namespace {
-
-// Combiners as types, so that each loop is compiled (and vectorized) for its operator.
-struct AddOp {
-  template <typename A>
-  static A apply(A a, A b) {
-    return wrapAdd(a, b);
-  }
-};
-
-// Order-independent min/max: NaN wins, -0 < +0.
-template <bool kMin>
-struct PickOp {
-  template <typename A>
-  static A apply(A a, A b) {
-    if constexpr (!std::is_integral_v<A>) {
-      if (a != a) return a;
-      if (b != b) return b;
-      if (a == b) return (std::signbit(a) == kMin) ? a : b;
-    }
-    if constexpr (kMin) {
-      return b < a ? b : a;
-    } else {
-      return a < b ? b : a;
-    }
-  }
-};
 
 // Elements per block: the accumulator block stays in L1 while the inputs stream through.
 constexpr size_t kBlock = 2048;
@@ -75,27 +46,15 @@ void foldTyped(void* out, const void* const* inputs, int k, size_t count, int64_
   }
 }
 
-template <typename T>
-void foldForType(void* out, const void* const* inputs, int k, size_t count, ReduceOp op,
-                 int64_t divisor) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return foldTyped<T, AddOp, false>(out, inputs, k, count, divisor);
-    case ReduceOp::kAverage:
-      return foldTyped<T, AddOp, true>(out, inputs, k, count, divisor);
-    case ReduceOp::kMin:
-      return foldTyped<T, PickOp<true>, false>(out, inputs, k, count, divisor);
-    case ReduceOp::kMax:
-      return foldTyped<T, PickOp<false>, false>(out, inputs, k, count, divisor);
-  }
-}
-
 }  // namespace
 
 void foldRankOrder(void* out, const void* const* inputs, int k, size_t count, DataType type,
                    ReduceOp op, int64_t divisor) {
   visitType(type, [&](auto tag) {
-    foldForType<typename decltype(tag)::type>(out, inputs, k, count, op, divisor);
+    visitCombine(op, [&](auto combine, auto average) {
+      foldTyped<typename decltype(tag)::type, decltype(combine), decltype(average)::value>(
+          out, inputs, k, count, divisor);
+    });
   });
 }
 
