@@ -1,0 +1,53 @@
+#pragma once
+
+// The GPU data path's transport between processes: an NCCL communicator (DeviceTransport of
+// collective/device_transport.h). The pipeline's transfers are ncclSend/ncclRecv in one group
+// (calls to one peer run in posting order); native mode is ncclAllReduce; broadcast and
+// allgather are NCCL's. Everything is enqueued on the stream given per call. Built only with
+// NCCL; no MPI here: the caller moves the unique id between processes (the C API broadcasts it
+// over MPI).
+
+#include <array>
+#include <cstddef>
+#include <memory>
+
+#include "collective/device_transport.h"
+
+namespace detcoll::collective {
+
+class NcclTransport : public DeviceTransport {
+ public:
+  using UniqueId = std::array<char, 128>;  // NCCL_UNIQUE_ID_BYTES
+
+  // A fresh id (rank 0 makes it; every rank passes the same bytes to create).
+  static Status uniqueId(UniqueId* id);
+  // ncclCommInitRank on the current CUDA device; collective over the `size` processes.
+  static Status create(const UniqueId& id, int rank, int size,
+                       std::unique_ptr<NcclTransport>* transport);
+  ~NcclTransport() override;
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int device() const { return device_; }
+  Status exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs,
+                  void* stream) override;
+  Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         void* stream) override;
+  Status broadcast(void* data, size_t bytes, int root, void* stream);
+  // Every rank's `bytes` into recv in rank order.
+  Status allgather(const void* send, void* recv, size_t bytes, void* stream);
+
+ private:
+  NcclTransport(void* comm, int rank, int size, int device)
+      : comm_(comm), rank_(rank), size_(size), device_(device) {}
+  Status check(int result, const char* call) const;
+
+  void* comm_;  // ncclComm_t
+  int rank_;
+  int size_;
+  int device_;
+};
+
+}  // namespace detcoll::collective

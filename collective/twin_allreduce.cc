@@ -1,0 +1,38 @@
+#include "collective/twin_allreduce.h"
+
+#include <memory>
+#include <vector>
+
+#include "collective/device_pipeline.h"
+#include "collective/tags.h"
+#include "kernels/host_executor.h"
+
+namespace detcoll::collective {
+
+Status twinAllreduce(DeviceTransport& transport, Mode mode, const void* const* leaves, int nleaves,
+                     void* recv, size_t count, DataType type, ReduceOp op, int64_t totalLeaves,
+                     size_t segmentBytes) {
+  kernels::HostExecutor e;
+  return device_pipeline::allreduce(e, transport, nullptr, mode, leaves, nleaves, recv, count, type,
+                                    op, totalLeaves, segmentBytes);
+}
+
+Status CommTransport::exchange(const std::vector<SendSpec>& sends,
+                               const std::vector<RecvSpec>& recvs, void*) {
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.reserve(sends.size() + recvs.size());
+  for (const RecvSpec& r : recvs) {
+    requests.push_back(comm_.irecv(r.data, r.bytes, r.peer, kTagReduceScatter));
+  }
+  for (const SendSpec& s : sends) {
+    requests.push_back(comm_.isend(s.data, s.bytes, s.peer, kTagReduceScatter));
+  }
+  return waitAll(requests.data(), requests.size());
+}
+
+Status CommTransport::nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
+                                      ReduceOp op, void*) {
+  return comm_.nativeAllreduce(send, recv, count, type, op);
+}
+
+}  // namespace detcoll::collective

@@ -1,0 +1,548 @@
+#pragma once
+
+// The allreduce kernels as a data-parallel machine computes them: the rank-order fold, the
+// invariant mode's exponent keys, encode and decode, written once as bodies over an executor
+// that is the GPU (kernels/reduce_device.cu, kernels/device_executor.cuh) or the host
+// (kernels/host_executor.h: the CPU twin CI runs). Element i of every
+// result depends on element i of the inputs only, so the bits are those of the CPU reference
+// (kernels/fold.h, kernels/fixed_point.h) whatever the launch configuration.
+//
+// Each body call handles one vector: kLanes<T> consecutive elements, 16 bytes of the dtype,
+// loaded and stored as one 16-byte access when every buffer is 16-byte aligned; a tail or
+// unaligned buffers take the same arithmetic element by element. One pass over memory: each
+// input is read once and each output written once (the invariant reduction of P dtype pieces
+// reads its pieces twice, keys first, then encodings, within one body call).
+//
+// The invariant mode's encodings carry non-finite values in place: where an element's key is
+// the special (inf/NaN) key, its int64 holds the counts of +inf, -inf and NaN leaves in three
+// fields of kCountBits bits, which sum exactly like the encodings do (at most 2^16 leaves), so
+// one int64 reduce-scatter carries both and no compaction pass is needed.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <type_traits>
+
+#include "common/dtype.h"
+#include "common/half.h"
+#include "common/host_device.h"
+#include "kernels/accumulate.h"
+#include "kernels/codec.h"
+#include "kernels/combine.h"
+
+namespace detcoll::kernels::parallel {
+
+constexpr int kVectorBytes = 16;
+template <typename T>
+constexpr int kLanes = kVectorBytes / static_cast<int>(sizeof(T));
+constexpr int kCountBits = 21;
+static_assert(codec::kHeadroomBits < kCountBits, "a count field must hold every leaf");
+
+// P pieces of a reduction: from a table in executor memory, or at base + j * stride; piece `own`
+// (if >= 0) is ownPtr instead; every piece advanced by `offset` bytes to its first element.
+struct Pieces {
+  const char* const* table = nullptr;
+  const char* base = nullptr;
+  size_t stride = 0;
+  int own = -1;
+  const char* ownPtr = nullptr;
+  size_t offset = 0;
+
+  template <typename T>
+  DETCOLL_HOST_DEVICE const T* at(int j) const {
+    const char* p = j == own ? ownPtr : (table != nullptr ? table[j] : base + j * stride);
+    return reinterpret_cast<const T*>(p + offset);
+  }
+};
+
+template <typename T>
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void loadLanes(const T* p, T* v) {
+#if defined(__CUDA_ARCH__)
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  memcpy(v, &raw, kVectorBytes);
+#else
+  std::memcpy(v, p, kVectorBytes);
+#endif
+}
+
+template <typename T>
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void storeLanes(T* p, const T* v) {
+#if defined(__CUDA_ARCH__)
+  uint4 raw;
+  memcpy(&raw, v, kVectorBytes);
+  *reinterpret_cast<uint4*>(p) = raw;
+#else
+  std::memcpy(p, v, kVectorBytes);
+#endif
+}
+
+// The lanes of vector v that exist: kLanes, or fewer at the tail.
+template <typename T>
+DETCOLL_HOST_DEVICE inline int lanesAt(int64_t v, int64_t n) {
+  const int64_t left = n - v * kLanes<T>;
+  return left < kLanes<T> ? static_cast<int>(left) : kLanes<T>;
+}
+
+// Loads lanes [0, m) of piece p's vector starting at element `begin`.
+template <typename T>
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void loadVector(const T* p, int64_t begin, int m,
+                                                         bool vectorized, T* x) {
+  if (vectorized && m == kLanes<T>) {
+    loadLanes(p + begin, x);
+  } else {
+    for (int l = 0; l < m; ++l) x[l] = p[begin + l];
+  }
+}
+
+template <typename T>
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void storeVector(T* p, int64_t begin, int m,
+                                                          bool vectorized, const T* x) {
+  if (vectorized && m == kLanes<T>) {
+    storeLanes(p + begin, x);
+  } else {
+    for (int l = 0; l < m; ++l) p[begin + l] = x[l];
+  }
+}
+
+// The bit pattern of a float storage value, and back.
+template <typename T>
+DETCOLL_HOST_DEVICE inline uint64_t bitsOf(T v) {
+  if constexpr (sizeof(T) == 2) {
+    return v.bits;
+  } else if constexpr (std::is_same_v<T, float>) {
+    return floatBits(v);
+  } else {
+#if defined(__CUDA_ARCH__)
+    return static_cast<uint64_t>(__double_as_longlong(v));
+#else
+    uint64_t b;
+    std::memcpy(&b, &v, 8);
+    return b;
+#endif
+  }
+}
+template <typename T>
+DETCOLL_HOST_DEVICE inline T fromBits(uint64_t b) {
+  if constexpr (sizeof(T) == 2) {
+    return T{static_cast<uint16_t>(b)};
+  } else if constexpr (std::is_same_v<T, float>) {
+    return bitsToFloat(static_cast<uint32_t>(b));
+  } else {
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double(static_cast<long long>(b));
+#else
+    double d;
+    std::memcpy(&d, &b, 8);
+    return d;
+#endif
+  }
+}
+
+// The format of a float storage type.
+template <typename T>
+DETCOLL_HOST_DEVICE inline codec::Format formatFor() {
+  if constexpr (std::is_same_v<T, double>) {
+    return codec::formatOf(DataType::kFloat64);
+  } else if constexpr (std::is_same_v<T, Half>) {
+    return codec::formatOf(DataType::kFloat16);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return codec::formatOf(DataType::kBFloat16);
+  } else {
+    return codec::formatOf(DataType::kFloat32);
+  }
+}
+
+// The key type of a float storage type: 1 byte for 8-bit exponents and less, 2 for float64.
+template <typename T>
+using KeyOf = std::conditional_t<std::is_same_v<T, double>, uint16_t, uint8_t>;
+
+// ---- bodies ------------------------------------------------------------------------------------
+
+// out = finish(fold of k pieces in order), kernels/fold.h. out may alias a piece exactly.
+template <typename T, typename Op, bool kAverage>
+struct FoldBody {
+  using A = typename Traits<T>::Acc;
+  Pieces pieces;
+  int k;
+  T* out;
+  int64_t n;
+  A divisor;
+  bool vectorized;
+
+  DETCOLL_HOST_DEVICE void operator()(int64_t v) const {
+    constexpr int W = kLanes<T>;
+    const int64_t begin = v * W;
+    const int m = lanesAt<T>(v, n);
+    T x[W];
+    A acc[W];
+    loadVector(pieces.at<T>(0), begin, m, vectorized, x);
+    for (int l = 0; l < m; ++l) acc[l] = Traits<T>::load(x[l]);
+    for (int j = 1; j < k; ++j) {
+      loadVector(pieces.at<T>(j), begin, m, vectorized, x);
+      for (int l = 0; l < m; ++l) acc[l] = Op::apply(acc[l], Traits<T>::load(x[l]));
+    }
+    for (int l = 0; l < m; ++l) {
+      if constexpr (kAverage) {
+        x[l] = Traits<T>::store(acc[l] / divisor);
+      } else {
+        x[l] = Traits<T>::store(acc[l]);
+      }
+    }
+    storeVector(out, begin, m, vectorized, x);
+  }
+};
+
+// keys[i] = the largest key of element i over the leaves (kernels/fixed_point.h localMaxKeys).
+template <typename T>
+struct KeysBody {
+  Pieces leaves;
+  int nleaves;
+  KeyOf<T>* keys;
+  int64_t n;
+  bool vectorized;
+
+  DETCOLL_HOST_DEVICE void operator()(int64_t v) const {
+    constexpr int W = kLanes<T>;
+    const codec::Format f = formatFor<T>();
+    const int64_t begin = v * W;
+    const int m = lanesAt<T>(v, n);
+    T x[W];
+    uint32_t key[W];
+    for (int l = 0; l < m; ++l) key[l] = 0;
+    for (int j = 0; j < nleaves; ++j) {
+      loadVector(leaves.at<T>(j), begin, m, vectorized, x);
+      for (int l = 0; l < m; ++l) {
+        const uint32_t k = codec::keyOf(bitsOf(x[l]), f);
+        key[l] = k > key[l] ? k : key[l];
+      }
+    }
+    for (int l = 0; l < m; ++l) keys[begin + l] = static_cast<KeyOf<T>>(key[l]);
+  }
+};
+
+// out[i] = the largest of p key arrays at i (foldMaxKeys). out may alias a piece.
+template <typename K>
+struct MaxKeysBody {
+  Pieces pieces;
+  int p;
+  K* out;
+
+  DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
+    K key = 0;
+    for (int j = 0; j < p; ++j) {
+      const K k = pieces.at<K>(j)[i];
+      key = k > key ? k : key;
+    }
+    out[i] = key;
+  }
+};
+
+// The int64 a float leaf adds to its element's sum on the grid of `key`: its encoding, or, under
+// the special key, a count in the field of its class (nothing when it is finite).
+template <typename T>
+DETCOLL_HOST_DEVICE inline int64_t contribution(T value, uint32_t key, const codec::Format& f) {
+  const uint64_t bits = bitsOf(value);
+  if (key == codec::specialKey(f)) {
+    const codec::Fields x = codec::split(bits, f);
+    if (x.exponent != codec::specialKey(f)) return 0;
+    return int64_t{1} << (kCountBits * codec::nonFiniteClass(x));
+  }
+  return key == 0 ? 0 : codec::encodeValue(bits, key, f);
+}
+
+// out[i] = the sum over the leaves of their contributions on the grid of keys[i]; integer dtypes
+// (keys unused) sum the values, wrapping. encodeLeaves of kernels/fixed_point.h, with the
+// non-finite counts carried in place.
+template <typename T>
+struct EncodeBody {
+  Pieces leaves;
+  int nleaves;
+  const void* keys;
+  int64_t* out;
+  int64_t n;
+  bool vectorized;
+
+  DETCOLL_HOST_DEVICE void operator()(int64_t v) const {
+    constexpr int W = kLanes<T>;
+    const int64_t begin = v * W;
+    const int m = lanesAt<T>(v, n);
+    T x[W];
+    int64_t sum[W];
+    for (int l = 0; l < m; ++l) sum[l] = 0;
+    if constexpr (isFloatingStorage<T>()) {
+      const codec::Format f = formatFor<T>();
+      uint32_t key[W];
+      for (int l = 0; l < m; ++l) key[l] = static_cast<const KeyOf<T>*>(keys)[begin + l];
+      for (int j = 0; j < nleaves; ++j) {
+        loadVector(leaves.at<T>(j), begin, m, vectorized, x);
+        for (int l = 0; l < m; ++l) sum[l] += contribution(x[l], key[l], f);
+      }
+    } else {
+      for (int j = 0; j < nleaves; ++j) {
+        loadVector(leaves.at<T>(j), begin, m, vectorized, x);
+        for (int l = 0; l < m; ++l) sum[l] = wrapAdd(sum[l], static_cast<int64_t>(x[l]));
+      }
+    }
+    for (int l = 0; l < m; ++l) out[begin + l] = sum[l];
+  }
+};
+
+// The dtype value of an element's exact int64 sum (of encodings or integers), divided by `leaves`
+// for average, rounded once; under the special key, the non-finite result of the counts.
+template <typename T>
+DETCOLL_HOST_DEVICE inline T decodeElement(int64_t sum, uint32_t key, bool average,
+                                           int64_t leaves) {
+  if constexpr (isFloatingStorage<T>()) {
+    const codec::Format f = formatFor<T>();
+    if (key == codec::specialKey(f)) {
+      const int64_t mask = (int64_t{1} << kCountBits) - 1;
+      return fromBits<T>(codec::nonFiniteBits(sum & mask, (sum >> kCountBits) & mask,
+                                              (sum >> (2 * kCountBits)) & mask, f));
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      // By double arithmetic where that settles the bits (nearly everywhere): no 128-bit
+      // division on the hot path.
+      bool settled = false;
+      const float fast = codec::decodeFloat32(sum, key, average, leaves, &settled);
+      if (settled) return fast;
+    }
+    return fromBits<T>(codec::decodeSum(sum, key, f, average, leaves));
+  } else {
+    if (average) sum /= leaves;
+    return Traits<T>::store(sum);
+  }
+}
+
+// out[i] = decode(sum of p int64 pieces at i) (decodeSums plus applyNonFinite). out may alias
+// nothing the pieces hold.
+template <typename T>
+struct DecodeBody {
+  Pieces pieces;
+  int p;
+  const void* keys;
+  T* out;
+  int64_t n;
+  bool average;
+  int64_t leaves;
+  bool vectorized;
+
+  DETCOLL_HOST_DEVICE void operator()(int64_t v) const {
+    constexpr int W = kLanes<T>;
+    const int64_t begin = v * W;
+    const int m = lanesAt<T>(v, n);
+    int64_t sum[W];
+    for (int l = 0; l < m; ++l) sum[l] = 0;
+    for (int j = 0; j < p; ++j) {
+      const int64_t* piece = pieces.at<int64_t>(j);
+      for (int l = 0; l < m; ++l) sum[l] = wrapAdd(sum[l], piece[begin + l]);
+    }
+    T x[W];
+    for (int l = 0; l < m; ++l) {
+      uint32_t key = 0;
+      if constexpr (isFloatingStorage<T>()) key = static_cast<const KeyOf<T>*>(keys)[begin + l];
+      x[l] = decodeElement<T>(sum[l], key, average, leaves);
+    }
+    storeVector(out, begin, m, vectorized, x);
+  }
+};
+
+// out = the invariant reduction of p dtype pieces held here (kernels::invariantReduceLocal for
+// sum and average): each element's key over the pieces, the exact sum of their encodings,
+// rounded once. out may alias a piece exactly.
+template <typename T>
+struct InvariantLocalBody {
+  Pieces pieces;
+  int p;
+  T* out;
+  int64_t n;
+  bool average;
+  bool vectorized;
+
+  DETCOLL_HOST_DEVICE void operator()(int64_t v) const {
+    constexpr int W = kLanes<T>;
+    const int64_t begin = v * W;
+    const int m = lanesAt<T>(v, n);
+    T x[W];
+    int64_t sum[W];
+    uint32_t key[W];
+    for (int l = 0; l < m; ++l) sum[l] = 0, key[l] = 0;
+    if constexpr (isFloatingStorage<T>()) {
+      const codec::Format f = formatFor<T>();
+      for (int j = 0; j < p; ++j) {
+        loadVector(pieces.at<T>(j), begin, m, vectorized, x);
+        for (int l = 0; l < m; ++l) {
+          const uint32_t k = codec::keyOf(bitsOf(x[l]), f);
+          key[l] = k > key[l] ? k : key[l];
+        }
+      }
+      for (int j = 0; j < p; ++j) {
+        loadVector(pieces.at<T>(j), begin, m, vectorized, x);
+        for (int l = 0; l < m; ++l) sum[l] += contribution(x[l], key[l], f);
+      }
+    } else {
+      for (int j = 0; j < p; ++j) {
+        loadVector(pieces.at<T>(j), begin, m, vectorized, x);
+        for (int l = 0; l < m; ++l) sum[l] = wrapAdd(sum[l], static_cast<int64_t>(x[l]));
+      }
+    }
+    for (int l = 0; l < m; ++l) x[l] = decodeElement<T>(sum[l], key[l], average, p);
+    storeVector(out, begin, m, vectorized, x);
+  }
+};
+
+// ---- launches ----------------------------------------------------------------------------------
+
+// The number of body calls for n elements of T.
+template <typename T>
+inline int64_t vectorsOf(int64_t n) {
+  return (n + kLanes<T> - 1) / kLanes<T>;
+}
+
+// Whether every pointer is 16-byte aligned.
+inline bool aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % kVectorBytes != 0) return false;
+  }
+  return true;
+}
+
+// out = the rank-order fold of k pieces (kernels::foldRankOrder). vectorized: every piece and out
+// are 16-byte aligned.
+template <typename Exec>
+void fold(Exec& e, void* out, const Pieces& pieces, int k, int64_t n, DataType type, ReduceOp op,
+          int64_t divisor, bool vectorized) {
+  visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename Traits<T>::Acc;
+    visitCombine(op, [&](auto combine, auto average) {
+      FoldBody<T, decltype(combine), decltype(average)::value> body{
+          pieces, k, static_cast<T*>(out), n, static_cast<A>(divisor), vectorized};
+      e.launch(vectorsOf<T>(n), body);
+    });
+  });
+}
+
+// Visits a float storage type (integers have no keys).
+template <typename F>
+void visitFloatType(DataType type, F&& f) {
+  visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (isFloatingStorage<T>()) f(tag);
+  });
+}
+
+template <typename Exec>
+void localKeys(Exec& e, void* keys, const Pieces& leaves, int nleaves, int64_t n, DataType type,
+               bool vectorized) {
+  visitFloatType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    e.launch(vectorsOf<T>(n),
+             KeysBody<T>{leaves, nleaves, static_cast<KeyOf<T>*>(keys), n, vectorized});
+  });
+}
+
+template <typename Exec>
+void foldKeys(Exec& e, void* out, const Pieces& pieces, int p, int64_t n, DataType type) {
+  visitFloatType(type, [&](auto tag) {
+    using K = KeyOf<typename decltype(tag)::type>;
+    e.launch(n, MaxKeysBody<K>{pieces, p, static_cast<K*>(out)});
+  });
+}
+
+template <typename Exec>
+void encode(Exec& e, int64_t* out, const Pieces& leaves, int nleaves, const void* keys, int64_t n,
+            DataType type, bool vectorized) {
+  visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    e.launch(vectorsOf<T>(n), EncodeBody<T>{leaves, nleaves, keys, out, n, vectorized});
+  });
+}
+
+template <typename Exec>
+void decode(Exec& e, void* out, const Pieces& sums, int p, const void* keys, int64_t n,
+            DataType type, ReduceOp op, int64_t leaves, bool vectorized) {
+  visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    e.launch(vectorsOf<T>(n), DecodeBody<T>{sums, p, keys, static_cast<T*>(out), n,
+                                            op == ReduceOp::kAverage, leaves, vectorized});
+  });
+}
+
+// The invariant reduction of p pieces held here: sum and average exactly, min and max by the
+// (order-independent) fold.
+template <typename Exec>
+void invariantLocal(Exec& e, void* out, const Pieces& pieces, int p, int64_t n, DataType type,
+                    ReduceOp op, bool vectorized) {
+  if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
+    return fold(e, out, pieces, p, n, type, op, 1, vectorized);
+  }
+  visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    e.launch(vectorsOf<T>(n), InvariantLocalBody<T>{pieces, p, static_cast<T*>(out), n,
+                                                    op == ReduceOp::kAverage, vectorized});
+  });
+}
+
+// ---- the kernels on caller buffers, for either executor (reduce_device.h wraps the device) -----
+
+// A table of k pointers in executor memory, and whether they (and `also`) are 16-byte aligned.
+template <typename Exec>
+Pieces tableOf(Exec& e, const void* const* pointers, int k, const void* also, bool* vectorized) {
+  const char** table = e.template alloc<const char*>(k);
+  e.toDevice(table, pointers, static_cast<size_t>(k) * sizeof(void*));
+  *vectorized = aligned16({also});
+  for (int j = 0; j < k; ++j) *vectorized = *vectorized && aligned16({pointers[j]});
+  Pieces pieces;
+  pieces.table = table;
+  return pieces;
+}
+
+template <typename Exec>
+void foldRankOrder(Exec& e, void* out, const void* const* inputs, int k, size_t count,
+                   DataType type, ReduceOp op, int64_t divisor) {
+  bool vectorized = false;
+  const Pieces pieces = tableOf(e, inputs, k, out, &vectorized);
+  fold(e, out, pieces, k, static_cast<int64_t>(count), type, op, divisor, vectorized);
+}
+
+template <typename Exec>
+void localMaxKeys(Exec& e, void* keys, const void* const* leaves, int nleaves, size_t n,
+                  DataType type) {
+  bool vectorized = false;
+  const Pieces pieces = tableOf(e, leaves, nleaves, nullptr, &vectorized);
+  localKeys(e, keys, pieces, nleaves, static_cast<int64_t>(n), type, vectorized);
+}
+
+template <typename Exec>
+void foldMaxKeys(Exec& e, void* out, const void* const* pieces, int p, size_t n, DataType type) {
+  bool vectorized = false;
+  foldKeys(e, out, tableOf(e, pieces, p, nullptr, &vectorized), p, static_cast<int64_t>(n), type);
+}
+
+template <typename Exec>
+void encodeLeaves(Exec& e, int64_t* out, const void* const* leaves, int nleaves, const void* keys,
+                  size_t n, DataType type) {
+  bool vectorized = false;
+  const Pieces pieces = tableOf(e, leaves, nleaves, nullptr, &vectorized);
+  encode(e, out, pieces, nleaves, keys, static_cast<int64_t>(n), type, vectorized);
+}
+
+template <typename Exec>
+void decodeSums(Exec& e, void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
+                DataType type, ReduceOp op, int64_t leaves) {
+  bool vectorized = false;
+  const Pieces table =
+      tableOf(e, reinterpret_cast<const void* const*>(pieces), p, nullptr, &vectorized);
+  decode(e, out, table, p, keys, static_cast<int64_t>(n), type, op, leaves, aligned16({out}));
+}
+
+template <typename Exec>
+void invariantReduceLocal(Exec& e, void* out, const void* const* leaves, int nleaves, size_t count,
+                          DataType type, ReduceOp op) {
+  bool vectorized = false;
+  const Pieces pieces = tableOf(e, leaves, nleaves, out, &vectorized);
+  invariantLocal(e, out, pieces, nleaves, static_cast<int64_t>(count), type, op, vectorized);
+}
+
+}  // namespace detcoll::kernels::parallel
