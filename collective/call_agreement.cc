@@ -21,7 +21,7 @@ struct WireHeader {
   uint8_t mode;
   uint8_t dtype;  // raw values, clamped to 255: only compared when every rank's checks passed
   uint8_t op;
-  uint8_t reserved;
+  uint8_t device;  // the buffers are device memory
   int32_t root;
   uint16_t payloadBytes;  // at most kInlineBytes
   uint16_t leaves;
@@ -101,7 +101,7 @@ bool headersAgree(const char* slots, size_t slot, int p) {
     const WireHeader* h = reinterpret_cast<const WireHeader*>(slots + j * slot);
     if (h->magic != kMagic || h->status != 0 || h->kind != f.kind || h->nameHash != f.nameHash ||
         h->mode != f.mode || h->dtype != f.dtype || h->op != f.op || h->count != f.count ||
-        h->root != f.root) {
+        h->root != f.root || h->device != f.device) {
       return false;
     }
   }
@@ -187,6 +187,11 @@ Status failure(const std::vector<RankView>& all) {
     return mismatch("the root rank",
                     [](const RankView& v) { return std::to_string(v.header->root); });
   }
+  if (differs([](const WireHeader& h) { return h.device; })) {
+    return mismatch("where the buffers live", [](const RankView& v) {
+      return std::string(v.header->device ? "device memory" : "host memory");
+    });
+  }
   return Status::internal("call descriptions disagree in a way detcoll cannot name");
 }
 
@@ -230,6 +235,7 @@ Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, con
   h.mode = clampByte(mine.mode);
   h.dtype = clampByte(mine.dtype);
   h.op = clampByte(mine.op);
+  h.device = mine.device ? 1 : 0;
   h.root = mine.root;
   h.payloadBytes = static_cast<uint16_t>(mine.local.isOk() ? payloadBytes : 0);
   h.leaves = static_cast<uint16_t>(mine.leaves);

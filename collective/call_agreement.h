@@ -40,7 +40,8 @@ struct CallDescription {
   int root = 0;
   int leaves = 1;  // buffers this rank contributes (allreduce); may differ between ranks
   uint64_t count = 0;
-  Status local;  // this rank's own argument checks
+  bool device = false;  // the buffers are CUDA device memory (they must be on every rank)
+  Status local;         // this rank's own argument checks
 };
 
 class CallAgreement {

@@ -42,20 +42,20 @@ void checkDtype(LocalChecks& checks, int dtype, size_t count, size_t factor) {
 }  // namespace
 
 Status Collectives::allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype,
-                              int op, const char* name, const Status& precheck) {
+                              int op, const char* name, const Status& precheck, int device) {
   const void* leaves[1] = {send};
-  return reduce(mode, leaves, 1, recv, count, dtype, op, name, precheck, true);
+  return reduce(mode, leaves, 1, recv, count, dtype, op, name, precheck, true, device);
 }
 
 Status Collectives::allreduceLeaves(Mode mode, const void* const* leaves, int nleaves, void* recv,
                                     size_t count, int dtype, int op, const char* name,
-                                    const Status& precheck) {
-  return reduce(mode, leaves, nleaves, recv, count, dtype, op, name, precheck, false);
+                                    const Status& precheck, int device) {
+  return reduce(mode, leaves, nleaves, recv, count, dtype, op, name, precheck, false, device);
 }
 
 Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, void* recv,
                            size_t count, int dtype, int op, const char* name,
-                           const Status& precheck, bool single) {
+                           const Status& precheck, bool single, int device) {
   LocalChecks checks(precheck);
   checkDtype(checks, dtype, count, 1);
   checks.require(isValidReduceOp(op), [&] { return "unknown reduction op " + std::to_string(op); });
@@ -86,10 +86,11 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   const auto reduceOp = static_cast<ReduceOp>(op);
 
   // What travels inline with the call description: in ordered mode this rank's contribution
-  // (its leaves folded first when it has several), in invariant mode all its leaves.
+  // (its leaves folded first when it has several), in invariant mode all its leaves. Device
+  // memory never does: it is not readable here.
   const void* payload = nullptr;
   size_t payloadBytes = 0;
-  const bool ok = checks.status().isOk();
+  const bool ok = checks.status().isOk() && device < 0;
   if (ok && mode == Mode::kOrdered && bytes <= CallAgreement::kInlineBytes) {
     payload = contribution(leaves, n, count, type, reduceOp);
     payloadBytes = bytes;
@@ -107,6 +108,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   call.op = op;
   call.leaves = std::max(n, 1);
   call.count = count;
+  call.device = device >= 0;
   call.local = checks.status();
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, payload, payloadBytes));
   const int p = comm_.size();
@@ -119,6 +121,21 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
                                    std::to_string(kernels::kMaxLeaves) + " exactly");
   }
   if (count == 0) return Status::ok();
+  if (device >= 0) {
+    return devicePath().allreduce(mode, leaves, n, recv, count, type, reduceOp, total, device,
+                                  [&](const void* const* hostLeaves, void* hostRecv) {
+                                    return reduceHost(mode, hostLeaves, n, hostRecv, count, type,
+                                                      reduceOp, total, nullptr);
+                                  });
+  }
+  return reduceHost(mode, leaves, n, recv, count, type, reduceOp, total, payload);
+}
+
+Status Collectives::reduceHost(Mode mode, const void* const* leaves, int n, void* recv,
+                               size_t count, DataType type, ReduceOp reduceOp, int64_t total,
+                               const void* payload) {
+  const int p = comm_.size();
+  const size_t bytes = count * dataTypeSize(type);
   switch (mode) {
     case Mode::kNative:
       return modeAllreduce(comm_, mode, contribution(leaves, n, count, type, reduceOp), recv, count,
@@ -170,7 +187,7 @@ const void* Collectives::contribution(const void* const* leaves, int n, size_t c
 }
 
 Status Collectives::broadcast(void* data, size_t count, int dtype, int root, const char* name,
-                              const Status& precheck) {
+                              const Status& precheck, int device) {
   LocalChecks checks(precheck);
   checkDtype(checks, dtype, count, 1);
   checks.require(count == 0 || data != nullptr,
@@ -185,14 +202,17 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
   call.dtype = dtype;
   call.root = root;
   call.count = count;
+  call.device = device >= 0;
   call.local = checks.status();
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
   if (count == 0) return Status::ok();
-  return comm_.broadcast(data, count * dataTypeSize(static_cast<DataType>(dtype)), root);
+  const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
+  if (device >= 0) return devicePath().broadcast(data, bytes, root, device);
+  return comm_.broadcast(data, bytes, root);
 }
 
 Status Collectives::allgather(const void* send, void* recv, size_t count, int dtype,
-                              const char* name, const Status& precheck) {
+                              const char* name, const Status& precheck, int device) {
   LocalChecks checks(precheck);
   const size_t p = static_cast<size_t>(comm_.size());
   checkDtype(checks, dtype, count, p);
@@ -211,10 +231,26 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
   call.name = name ? name : "";
   call.dtype = dtype;
   call.count = count;
+  call.device = device >= 0;
   call.local = checks.status();
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
   if (count == 0) return Status::ok();
-  return comm_.allgather(send, recv, count * dataTypeSize(static_cast<DataType>(dtype)));
+  const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
+  if (device >= 0) return devicePath().allgather(send, recv, bytes, device);
+  return comm_.allgather(send, recv, bytes);
+}
+
+void Collectives::setCudaStream(void* stream) {
+  stream_ = stream;
+  if (device_) device_->setStream(stream);
+}
+
+DevicePath& Collectives::devicePath() {
+  if (!device_) {
+    device_ = std::make_unique<DevicePath>(comm_, gpuTransport_);
+    device_->setStream(stream_);
+  }
+  return *device_;
 }
 
 Status Collectives::agreeOnInit(Mode mode, const Status& local) {

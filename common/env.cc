@@ -92,6 +92,18 @@ Status loadConfig(const EnvLookup& lookup, Config* config) {
   if (const char* v = lookUp(lookup, "DETCOLL_STALL_SHUTDOWN_SECONDS", nullptr, &used, &result)) {
     DETCOLL_RETURN_IF_ERROR(parseNonNegativeNumber(used, v, &result.stallShutdownSeconds));
   }
+  if (const char* v = lookUp(lookup, "DETCOLL_GPU_TRANSPORT", nullptr, &used, &result)) {
+    const std::string text = v;
+    if (text == "auto") {
+      result.gpuTransport = GpuTransport::kAuto;
+    } else if (text == "nccl") {
+      result.gpuTransport = GpuTransport::kNccl;
+    } else if (text == "mpi") {
+      result.gpuTransport = GpuTransport::kMpi;
+    } else {
+      return invalid(used, v, "auto, nccl or mpi");
+    }
+  }
   if (const char* v = lookUp(lookup, "DETCOLL_SEED", nullptr, &used, &result)) {
     DETCOLL_RETURN_IF_ERROR(parseUnsignedValue(used, v, &result.seed));
     result.seedSet = true;

@@ -83,6 +83,18 @@ DETCOLL_API detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_
 DETCOLL_API detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
                                                detcoll_dtype_t dtype, const char* name);
 
+/* Device memory (a CUDA build): the blocking calls above take CUDA device pointers too, with the
+ * bits of the host path for the same mode. A call's buffers are all host memory or all memory of
+ * one device, and every rank passes the same kind. They travel over NCCL (ncclSend/ncclRecv
+ * groups for ordered and invariant, ncclAllReduce for native) when detcoll was built with it,
+ * else staged through host memory over MPI; DETCOLL_GPU_TRANSPORT=auto|nccl|mpi chooses. The
+ * first device call fixes the device. Asynchronous requests take host memory only.
+ *
+ * detcoll_set_cuda_stream: the cudaStream_t later device calls run on. They are enqueued after
+ * the work already on it and return without waiting, as NCCL calls do (over MPI they wait).
+ * NULL, the default: detcoll's own stream, and each call returns when its result is in place. */
+DETCOLL_API detcoll_status_t detcoll_set_cuda_stream(void* stream);
+
 /* Thread-local text of the last failure in this thread; "" if none. */
 DETCOLL_API const char* detcoll_last_error(void);
 

@@ -87,12 +87,34 @@ Status locateMemory(const void* pointer, int* device) {
   return Status::ok();
 }
 
-Status checkHostMemory(const void* pointer, const char* what) {
+Status checkHostMemory(const void* pointer, const char* what, const char* why) {
   int device = -1;
   DETCOLL_RETURN_IF_ERROR(locateMemory(pointer, &device));
   if (device >= 0) {
-    return Status::invalidArgument(std::string(what) +
-                                   " is device memory; this version reduces host memory only");
+    return Status::invalidArgument(std::string(what) + " is memory of CUDA device " +
+                                   std::to_string(device) + "; " + why);
+  }
+  return Status::ok();
+}
+
+namespace {
+std::string placeName(int device) {
+  return device < 0 ? "host memory" : "memory of CUDA device " + std::to_string(device);
+}
+}  // namespace
+
+Status BufferPlace::add(const void* pointer, const std::string& what) {
+  if (pointer == nullptr) return Status::ok();  // the collective's own checks name a null buffer
+  int device = -1;
+  DETCOLL_RETURN_IF_ERROR(locateMemory(pointer, &device));
+  if (first_.empty()) {
+    first_ = what;
+    device_ = device;
+  } else if (device != device_) {
+    return Status::invalidArgument(what + " is " + placeName(device) + " but " + first_ + " is " +
+                                   placeName(device_) +
+                                   "; a call's buffers are all host memory or all memory of one "
+                                   "CUDA device");
   }
   return Status::ok();
 }
@@ -103,8 +125,6 @@ Mode currentMode() {
   if (g_modeOverride) return *g_modeOverride;
   return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
 }
-
-// Device memory needs the GPU data path, which this version's collectives do not have.
 
 Status initialize() {
   if (g_runtime) return Status::ok();
@@ -132,6 +152,7 @@ Status initialize() {
   Status local = loadConfig(processEnvironment(), &runtime->config);
   if (local.isOk()) setLogLevel(runtime->config.logLevel);
   runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
+  runtime->collectives->setGpuTransport(runtime->config.gpuTransport);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.mode;
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
@@ -212,9 +233,15 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
       spec.localError = "unknown reduction op " + std::to_string(op);
     }
   }
-  Status memory = checkHostMemory(send, "sendbuf");
-  if (memory.isOk())
-    memory = checkHostMemory(recv, kind == fusion::RequestKind::kBroadcast ? "buf" : "recvbuf");
+  // The fusion engine packs host buffers; device buffers take the blocking calls.
+  const char* why =
+      "asynchronous requests take host memory; detcoll_allreduce, detcoll_broadcast and "
+      "detcoll_allgather take device memory";
+  Status memory = checkHostMemory(send, "sendbuf", why);
+  if (memory.isOk()) {
+    memory =
+        checkHostMemory(recv, kind == fusion::RequestKind::kBroadcast ? "buf" : "recvbuf", why);
+  }
   if (!memory.isOk() && spec.localError.empty()) spec.localError = memory.message();
   return spec;
 }
@@ -324,11 +351,12 @@ detcoll_status_t detcoll_allreduce(const void* sendbuf, void* recvbuf, size_t co
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_allreduce"));
-  if (precheck.isOk()) precheck = checkHostMemory(sendbuf, "sendbuf");
-  if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
+  BufferPlace place;
+  if (precheck.isOk()) precheck = place.add(sendbuf, "sendbuf");
+  if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
   return finish(g_runtime->collectives->allreduce(currentMode(), sendbuf, recvbuf, count,
                                                   static_cast<int>(dtype), static_cast<int>(op),
-                                                  name, precheck));
+                                                  name, precheck, place.device()));
 }
 
 detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves, void* recvbuf,
@@ -337,16 +365,17 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_allreduce_leaves"));
+  BufferPlace place;
   if (precheck.isOk() && leaves != nullptr && nleaves >= 1 &&
       nleaves <= collective::kMaxLeavesPerRank) {  // else the collective says why
     for (int l = 0; l < nleaves && precheck.isOk(); ++l) {
-      precheck = checkHostMemory(leaves[l], "a leaf");
+      precheck = place.add(leaves[l], "leaves[" + std::to_string(l) + "]");
     }
   }
-  if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
-  return finish(g_runtime->collectives->allreduceLeaves(currentMode(), leaves, nleaves, recvbuf,
-                                                        count, static_cast<int>(dtype),
-                                                        static_cast<int>(op), name, precheck));
+  if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
+  return finish(g_runtime->collectives->allreduceLeaves(
+      currentMode(), leaves, nleaves, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op),
+      name, precheck, place.device()));
 }
 
 detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtype, int root,
@@ -354,9 +383,10 @@ detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtyp
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_broadcast"));
-  if (precheck.isOk()) precheck = checkHostMemory(buf, "buf");
-  return finish(
-      g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name, precheck));
+  BufferPlace place;
+  if (precheck.isOk()) precheck = place.add(buf, "buf");
+  return finish(g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name,
+                                                  precheck, place.device()));
 }
 
 detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
@@ -364,10 +394,24 @@ detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t co
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
   if (!g_runtime) return finish(notInitialized("detcoll_allgather"));
-  if (precheck.isOk()) precheck = checkHostMemory(sendbuf, "sendbuf");
-  if (precheck.isOk()) precheck = checkHostMemory(recvbuf, "recvbuf");
+  BufferPlace place;
+  if (precheck.isOk()) precheck = place.add(sendbuf, "sendbuf");
+  if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
   return finish(g_runtime->collectives->allgather(sendbuf, recvbuf, count, static_cast<int>(dtype),
-                                                  name, precheck));
+                                                  name, precheck, place.device()));
+}
+
+detcoll_status_t detcoll_set_cuda_stream(void* stream) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_runtime) return finish(notInitialized("detcoll_set_cuda_stream"));
+#if !DETCOLL_WITH_CUDA
+  if (stream != nullptr) {
+    return finish(Status::invalidArgument(
+        "detcoll_set_cuda_stream: this build of detcoll has no CUDA, so no stream to run on"));
+  }
+#endif
+  g_runtime->collectives->setCudaStream(stream);
+  return DETCOLL_SUCCESS;
 }
 
 const char* detcoll_last_error(void) {

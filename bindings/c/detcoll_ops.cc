@@ -19,7 +19,11 @@ std::atomic<int> g_opsThreads{0};
 // Checks that every buffer is host memory; the first one that is not is named.
 Status hostBuffers(const char* op, std::initializer_list<std::pair<const void*, const char*>> all) {
   for (const auto& [pointer, what] : all) {
-    DETCOLL_RETURN_IF_ERROR(checkHostMemory(pointer, what).prefixed(op));
+    DETCOLL_RETURN_IF_ERROR(
+        checkHostMemory(pointer, what,
+                        "the C API runs the ops on host memory (kernels/ops/device.h runs them on "
+                        "a device)")
+            .prefixed(op));
   }
   return Status::ok();
 }

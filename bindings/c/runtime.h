@@ -55,7 +55,19 @@ Status initializeRandomState(Runtime& runtime);
 // without CUDA or on a machine without a GPU). An error when CUDA cannot tell.
 Status locateMemory(const void* pointer, int* device);
 
-// An error naming `what` when pointer is device memory.
-Status checkHostMemory(const void* pointer, const char* what);
+// An error naming `what` when pointer is device memory, saying why it must not be (`why`).
+Status checkHostMemory(const void* pointer, const char* what, const char* why);
+
+// Where a call's buffers live: device is the CUDA device holding every buffer added, or -1 when
+// they are all host memory. Adding one that lives elsewhere is an error naming both.
+class BufferPlace {
+ public:
+  Status add(const void* pointer, const std::string& what);
+  int device() const { return device_; }
+
+ private:
+  int device_ = -1;
+  std::string first_;  // the first buffer added, for the error
+};
 
 }  // namespace detcoll::capi

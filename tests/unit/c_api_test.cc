@@ -35,6 +35,7 @@ TEST(CApiTest, CollectivesBeforeInitFailWithNotInitialized) {
       "detcoll_allreduce_leaves");
   expectNotInitialized(detcoll_broadcast(recv, 4, DETCOLL_FLOAT32, 0, "x"), "detcoll_broadcast");
   expectNotInitialized(detcoll_allgather(send, recv, 1, DETCOLL_FLOAT32, "x"), "detcoll_allgather");
+  expectNotInitialized(detcoll_set_cuda_stream(nullptr), "detcoll_set_cuda_stream");
   expectNotInitialized(detcoll_finalize(), "detcoll_finalize");
   // Even with bad arguments, the missing init is what is reported.
   expectNotInitialized(detcoll_allreduce(nullptr, nullptr, 4, static_cast<detcoll_dtype_t>(17),

@@ -40,6 +40,7 @@ struct BadCall {
   Mode mode = Mode::kOrdered;
   const char* name = "grad";
   bool nullSend = false;
+  int device = -1;  // the CUDA device the rank says its buffers are on
 };
 
 void checkAllreduceFailure(int p, const std::function<BadCall(int rank)>& bad, StatusCode code,
@@ -54,8 +55,9 @@ void checkAllreduceFailure(int p, const std::function<BadCall(int rank)>& bad, S
         isValidDataType(call.dtype) ? dataTypeSize(static_cast<DataType>(call.dtype)) : 8;
     badInputs[r] = Buffer(call.count * es, 0x11);
     badOut[r] = Buffer(call.count * es, kSentinel);
-    badStatus[r] = c.allreduce(call.mode, call.nullSend ? nullptr : badInputs[r].data(),
-                               badOut[r].data(), call.count, call.dtype, call.op, call.name);
+    badStatus[r] =
+        c.allreduce(call.mode, call.nullSend ? nullptr : badInputs[r].data(), badOut[r].data(),
+                    call.count, call.dtype, call.op, call.name, Status::ok(), call.device);
     goodStatus[r] = c.allreduce(Mode::kOrdered, goodInputs[r].data(), goodOut[r].data(), goodCount,
                                 0, 0, "after");
   });
@@ -130,6 +132,24 @@ TEST(CollectivesErrorTest, MismatchedCounts) {
                             return c;
                           },
                           StatusCode::kMismatch, {"element count", "10", std::to_string(other)});
+  }
+}
+
+// One rank passing device memory where the others pass host memory is a mismatch that names
+// both; it is found by the agreement, before any buffer is read.
+TEST(CollectivesErrorTest, MismatchedMemoryKinds) {
+  for (size_t count : {size_t{10}, size_t{10000}}) {  // inline and large path
+    SCOPED_TRACE("count=" + std::to_string(count));
+    checkAllreduceFailure(3,
+                          [&](int r) {
+                            BadCall c;
+                            c.count = count;
+                            c.device = r == 1 ? 0 : -1;
+                            return c;
+                          },
+                          StatusCode::kMismatch,
+                          {"where the buffers live differs across ranks", "rank 0: host memory",
+                           "rank 1: device memory", "rank 2: host memory"});
   }
 }
 

@@ -88,6 +88,16 @@ TEST(EnvTest, DeterminismValues) {
   }
 }
 
+TEST(EnvTest, GpuTransportValues) {
+  EXPECT_EQ(loadOk({}).gpuTransport, GpuTransport::kAuto);
+  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "auto"}}).gpuTransport, GpuTransport::kAuto);
+  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "nccl"}}).gpuTransport, GpuTransport::kNccl);
+  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "mpi"}}).gpuTransport, GpuTransport::kMpi);
+  for (const char* bad : {"NCCL", "gloo", "nccl ", "host", "0"}) {
+    expectRejected("DETCOLL_GPU_TRANSPORT", bad);
+  }
+}
+
 TEST(EnvTest, FusionThresholdValues) {
   EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "0"}}).fusionThresholdBytes, 0u);
   EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "1048576"}}).fusionThresholdBytes, 1048576u);

@@ -1,0 +1,71 @@
+#pragma once
+
+// Collectives on CUDA device memory, run by the checked collectives (collectives.h) once every
+// rank has agreed on the call. Two ways, the same bits (the CPU path's):
+//   NCCL  the GPU data path (collective/device_allreduce.h) over an NCCL communicator
+//         (collective/nccl_transport.h), created at the first device call on the device of its
+//         buffers, its unique id broadcast from rank 0 over the host communicator;
+//   host  the buffers staged through host memory onto the CPU path: where NCCL is not built, or
+//         DETCOLL_GPU_TRANSPORT=mpi, or (auto) rank 0 could not make an NCCL id.
+// Work runs on the caller's stream when one is set (and the call returns without waiting for
+// it, like NCCL), else on the library's own stream, and the call returns when it is done. The
+// host way always waits.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "common/env.h"
+
+namespace detcoll::collective {
+
+class DeviceTransport;
+
+class DevicePath {
+ public:
+  // The CPU path on host copies of the buffers: leaves and recv are host memory.
+  using HostAllreduce = std::function<Status(const void* const* leaves, void* recv)>;
+
+  DevicePath(Communicator& comm, GpuTransport transport);
+  ~DevicePath();
+  DevicePath(const DevicePath&) = delete;
+  DevicePath& operator=(const DevicePath&) = delete;
+
+  // The cudaStream_t of later calls; null: the library's own stream.
+  void setStream(void* stream) { userStream_ = stream; }
+
+  // The same call on every rank; every buffer is memory of CUDA device `device`.
+  Status allreduce(Mode mode, const void* const* leaves, int nleaves, void* recv, size_t count,
+                   DataType type, ReduceOp op, int64_t totalLeaves, int device,
+                   const HostAllreduce& host);
+  Status broadcast(void* data, size_t bytes, int root, int device);
+  Status allgather(const void* send, void* recv, size_t bytes, int device);
+
+  // Whether the calls so far went over NCCL (false before the first device call).
+  bool usesNccl() const { return nccl_ != nullptr; }
+
+ private:
+  // Decides, at the first device call, NCCL or host; the same decision on every rank.
+  Status prepare(int device);
+  // The stream of this call (the library's is made at first use).
+  Status stream(void** stream);
+  // Waits for the call's work when it ran on the library's stream.
+  Status finish();
+  // Host copies of `count` device buffers of `bytes`, after the work before the call.
+  Status stage(const void* const* buffers, int count, size_t bytes,
+               std::vector<std::vector<char>>* out);
+  Status unstage(void* device, const void* host, size_t bytes);
+
+  Communicator& comm_;
+  GpuTransport transport_;
+  bool prepared_ = false;
+  std::unique_ptr<DeviceTransport> nccl_;  // an NcclTransport once NCCL is in use
+  int device_ = -1;
+  void* userStream_ = nullptr;
+  void* libraryStream_ = nullptr;
+};
+
+}  // namespace detcoll::collective
