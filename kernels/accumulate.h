@@ -99,7 +99,7 @@ DETCOLL_HOST_DEVICE A wrapMultiply(A a, A b) {
 
 // Whether a storage type is a floating-point one.
 template <typename T>
-constexpr bool isFloatingStorage() {
+DETCOLL_HOST_DEVICE constexpr bool isFloatingStorage() {
   return std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
          std::is_same_v<T, BFloat16>;
 }

@@ -1,0 +1,656 @@
+// collective/twin_allreduce.h: the GPU data path's allreduce schedule
+// (collective/device_pipeline.h) run on the host executor over a CommTransport, with ranks as
+// threads on the thread communicator. Every rank's result has the bits of an independent reference
+// computed on one thread (the rank-order fold for ordered, the local invariant reduction of every
+// leaf for invariant) and the bits of the CPU path (collective::orderedAllreduce,
+// invariantAllreduce) on the same inputs: every dtype and op, world sizes 1 to 5, lengths around
+// the world size, small segments (many rounds, uneven shards) and large ones, one leaf per rank or
+// several, in place and out of place, aligned and one element off. The invariant bits do not change
+// when the leaves move between ranks or the world size changes. Native: exact on integer-valued
+// data.
+
+#include "collective/twin_allreduce.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collective/invariant_allreduce.h"
+#include "collective/mode_allreduce.h"
+#include "collective/ordered_allreduce.h"
+#include "collective/thread_communicator.h"
+#include "common/dtype.h"
+#include "kernels/fixed_point.h"
+#include "kernels/fold.h"
+#include "tests/support/reference.h"
+#include "tests/unit/unit_test_util.h"
+
+namespace detcoll {
+namespace {
+
+using collective::CommTransport;
+using collective::Communicator;
+using testing::Buffer;
+using testing::kSentinel;
+using testing::sameBits;
+
+constexpr size_t kGuard = 32;
+
+bool isFloat(DataType type) {
+  return type != DataType::kInt32 && type != DataType::kInt64;
+}
+
+// ---- inputs -------------------------------------------------------------------------------------
+
+struct FloatLayout {
+  int mantissaBits;
+  int exponentBits;
+};
+
+FloatLayout layoutOf(DataType type) {
+  switch (type) {
+    case DataType::kFloat64:
+      return {52, 11};
+    case DataType::kFloat16:
+      return {10, 5};
+    case DataType::kBFloat16:
+      return {7, 8};
+    default:
+      return {23, 8};
+  }
+}
+
+// nleaves buffers of count elements, raw dtype bits. Floats: per element, most leaves within
+// mantissaBits + 8 binades below an exponent drawn over the whole finite range, some elements with
+// every leaf's exponent drawn over the whole range; random fractions and signs; +0, -0 and
+// subnormals; with `specials`, about 2% each of +inf, -inf and NaN. Integers: the full range (sums
+// wrap) and some small values.
+std::vector<Buffer> wideLeaves(DataType type, int nleaves, size_t count, uint64_t seed,
+                               bool specials) {
+  std::mt19937_64 g(seed * 0x9e3779b97f4a7c15ull + 777);
+  const size_t es = dataTypeSize(type);
+  std::vector<Buffer> leaves(nleaves, Buffer(count * es));
+  if (!isFloat(type)) {
+    std::uniform_int_distribution<int64_t> small(-1000, 1000);
+    for (Buffer& leaf : leaves) {
+      for (size_t i = 0; i < count; ++i) {
+        int64_t v = static_cast<int64_t>(g());
+        if (g() % 5 == 0) v = small(g);
+        std::memcpy(leaf.data() + i * es, &v, es);  // int32: the low half
+      }
+    }
+    return leaves;
+  }
+  const FloatLayout f = layoutOf(type);
+  const int maxExponent = (1 << f.exponentBits) - 2;
+  const int spread = f.mantissaBits + 8;
+  const uint64_t fractionMask = (uint64_t{1} << f.mantissaBits) - 1;
+  const uint64_t signBit = uint64_t{1} << (f.mantissaBits + f.exponentBits);
+  const uint64_t allOnes = static_cast<uint64_t>(maxExponent + 1) << f.mantissaBits;
+  std::uniform_int_distribution<int> center(1, maxExponent);
+  std::uniform_int_distribution<int> below(0, spread);
+  std::uniform_int_distribution<int> kind(0, 999);
+  for (size_t i = 0; i < count; ++i) {
+    const bool clustered = g() % 100 < 85;
+    const int c = center(g);
+    for (Buffer& leaf : leaves) {
+      const int u = kind(g);
+      const uint64_t sign = (g() & 1) ? signBit : 0;
+      const uint64_t fraction = g() & fractionMask;
+      uint64_t bits;
+      if (u < 25) {
+        bits = 0;
+      } else if (u < 40) {
+        bits = signBit;
+      } else if (u < 60) {
+        bits = sign | (fraction | 1);  // subnormal
+      } else if (specials && u < 80) {
+        bits = allOnes;
+      } else if (specials && u < 100) {
+        bits = signBit | allOnes;
+      } else if (specials && u < 120) {
+        bits = sign | allOnes | (fraction | 1);  // NaN
+      } else {
+        int e = clustered ? c - below(g) : center(g);
+        if (e < 0) e = 0;
+        bits = sign | (static_cast<uint64_t>(e) << f.mantissaBits) | fraction;
+      }
+      std::memcpy(leaf.data() + i * es, &bits, es);
+    }
+  }
+  return leaves;
+}
+
+// A buffer at a 64-byte boundary plus `shift` bytes, between guard bytes that must stay kSentinel.
+class Slab {
+ public:
+  Slab(size_t bytes, size_t shift)
+      : bytes_(bytes), storage_(bytes + shift + 64 + kGuard, kSentinel) {
+    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
+    begin_ = (64 - address % 64) % 64 + shift;
+  }
+  Slab(const Buffer& contents, size_t shift) : Slab(contents.size(), shift) {
+    std::memcpy(data(), contents.data(), contents.size());
+  }
+  Slab(Slab&&) = default;
+  Slab& operator=(Slab&&) = default;
+  Slab(const Slab&) = delete;
+  Slab& operator=(const Slab&) = delete;
+
+  uint8_t* data() { return storage_.data() + begin_; }
+  const uint8_t* data() const { return storage_.data() + begin_; }
+  Buffer contents() const { return Buffer(data(), data() + bytes_); }
+  bool guardsIntact() const {
+    for (size_t i = 0; i < storage_.size(); ++i) {
+      if ((i < begin_ || i >= begin_ + bytes_) && storage_[i] != kSentinel) return false;
+    }
+    return true;
+  }
+
+ private:
+  size_t bytes_;
+  Buffer storage_;
+  size_t begin_ = 0;
+};
+
+// Which leaves (indices into the list of all leaves) each rank holds, in its order.
+using Placement = std::vector<std::vector<int>>;
+
+Placement place(const std::vector<int>& spread, const std::vector<int>& order) {
+  Placement placement;
+  size_t next = 0;
+  for (int n : spread) {
+    placement.emplace_back(order.begin() + next, order.begin() + next + n);
+    next += n;
+  }
+  return placement;
+}
+
+std::vector<int> identity(int n) {
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+int totalOf(const Placement& placement) {
+  int n = 0;
+  for (const auto& leaves : placement) n += static_cast<int>(leaves.size());
+  return n;
+}
+
+std::string describe(const Placement& placement) {
+  std::string text = "placement";
+  for (const auto& leaves : placement) {
+    text += " [";
+    for (size_t k = 0; k < leaves.size(); ++k) text += (k ? "," : "") + std::to_string(leaves[k]);
+    text += "]";
+  }
+  return text;
+}
+
+std::vector<const void*> pointersOf(const std::vector<Buffer>& buffers) {
+  std::vector<const void*> out;
+  for (const Buffer& b : buffers) out.push_back(b.data());
+  return out;
+}
+
+// ---- references on one thread -------------------------------------------------------------------
+
+// A rank's contribution in ordered and native mode: its leaf, or its leaves folded in order
+// (summed for average).
+Buffer contributionOf(const std::vector<Buffer>& leaves, const std::vector<int>& mine, size_t count,
+                      DataType type, ReduceOp op) {
+  if (mine.size() == 1) return leaves[mine[0]];
+  std::vector<const void*> in;
+  for (int l : mine) in.push_back(leaves[l].data());
+  Buffer out(count * dataTypeSize(type));
+  kernels::foldRankOrder(out.data(), in.data(), static_cast<int>(in.size()), count, type,
+                         op == ReduceOp::kAverage ? ReduceOp::kSum : op, 1);
+  return out;
+}
+
+// Ordered: the rank-order fold of the contributions; average divides by the number of leaves.
+Buffer orderedReference(const std::vector<Buffer>& leaves, const Placement& placement, size_t count,
+                        DataType type, ReduceOp op) {
+  std::vector<Buffer> contributions;
+  for (const auto& mine : placement) {
+    contributions.push_back(contributionOf(leaves, mine, count, type, op));
+  }
+  Buffer out(count * dataTypeSize(type));
+  kernels::foldRankOrder(out.data(), pointersOf(contributions).data(),
+                         static_cast<int>(placement.size()), count, type, op, totalOf(placement));
+  return out;
+}
+
+// Invariant: the local invariant reduction of every leaf of every rank.
+Buffer invariantReference(const std::vector<Buffer>& leaves, const Placement& placement,
+                          size_t count, DataType type, ReduceOp op) {
+  std::vector<const void*> all;
+  for (const auto& mine : placement) {
+    for (int l : mine) all.push_back(leaves[l].data());
+  }
+  Buffer out(count * dataTypeSize(type));
+  kernels::invariantReduceLocal(out.data(), all.data(), static_cast<int>(all.size()), count, type,
+                                op);
+  return out;
+}
+
+// ---- runs on ranks as threads -------------------------------------------------------------------
+
+struct Options {
+  size_t segmentBytes = 1 << 20;
+  bool inPlace = false;  // recv is the rank's first leaf
+  bool shifted = false;  // every buffer one element off a 16-byte boundary
+  bool cpuPath = true;   // also run the CPU path on the same inputs
+};
+
+std::string describe(Mode mode, DataType type, ReduceOp op, size_t count,
+                     const Placement& placement, const Options& o) {
+  return modeName(mode) + " " + dataTypeName(type) + " " + reduceOpName(op) +
+         " np=" + std::to_string(placement.size()) + " count=" + std::to_string(count) +
+         " segmentBytes=" + std::to_string(o.segmentBytes) + " " + describe(placement) +
+         (o.inPlace ? " in place" : " out of place") + (o.shifted ? " shifted" : " aligned");
+}
+
+struct RankOutcome {
+  Status twin;
+  Status cpu;
+  Buffer twinOut;
+  Buffer cpuOut;
+  std::string damage;  // what was written that must not have been, "" if nothing
+};
+
+// One rank's leaves and recv buffer, copied from the test's leaves.
+struct RankBuffers {
+  std::vector<Slab> leaves;
+  Slab recv;
+  std::vector<const void*> pointers;
+
+  RankBuffers(const std::vector<Buffer>& all, const std::vector<int>& mine, size_t count,
+              DataType type, const Options& o)
+      : recv(count * dataTypeSize(type), o.shifted ? dataTypeSize(type) : 0) {
+    for (int l : mine) leaves.emplace_back(all[l], o.shifted ? dataTypeSize(type) : 0);
+    for (const Slab& s : leaves) pointers.push_back(s.data());
+    if (o.inPlace) {
+      std::memcpy(recv.data(), all[mine[0]].data(), all[mine[0]].size());
+      pointers[0] = recv.data();
+    }
+  }
+
+  // "" if every leaf (but an aliased one) holds its input and every guard is intact.
+  std::string damage(const std::vector<Buffer>& all, const std::vector<int>& mine, const Options& o,
+                     const char* path) const {
+    std::string text;
+    if (!recv.guardsIntact()) text += std::string(path) + " wrote outside recv; ";
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      if (!leaves[k].guardsIntact()) text += std::string(path) + " wrote outside a leaf; ";
+      if ((k > 0 || !o.inPlace) && leaves[k].contents() != all[mine[k]]) {
+        text += std::string(path) + " changed leaf " + std::to_string(mine[k]) + "; ";
+      }
+    }
+    return text;
+  }
+};
+
+// Runs the twin and then (after a barrier) the CPU path of `mode` on every rank.
+std::vector<RankOutcome> runBoth(Mode mode, const std::vector<Buffer>& leaves,
+                                 const Placement& placement, size_t count, DataType type,
+                                 ReduceOp op, const Options& o) {
+  const int p = static_cast<int>(placement.size());
+  const int64_t total = totalOf(placement);
+  std::vector<RankOutcome> outcome(p);
+  const Status spawned = collective::spawn(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const std::vector<int>& mine = placement[r];
+    const int n = static_cast<int>(mine.size());
+    RankOutcome& out = outcome[r];
+    {
+      RankBuffers b(leaves, mine, count, type, o);
+      CommTransport transport(comm);
+      out.twin = collective::twinAllreduce(transport, mode, b.pointers.data(), n, b.recv.data(),
+                                           count, type, op, total, o.segmentBytes);
+      out.twinOut = b.recv.contents();
+      out.damage += b.damage(leaves, mine, o, "twin");
+    }
+    if (!o.cpuPath) return;
+    const Status barrier = comm.barrier();
+    if (!barrier.isOk()) {
+      out.cpu = barrier;
+      return;
+    }
+    RankBuffers b(leaves, mine, count, type, o);
+    collective::OrderedAllreduceOptions options;
+    options.segmentBytes = o.segmentBytes;
+    if (mode == Mode::kInvariant) {
+      out.cpu = collective::invariantAllreduce(comm, b.pointers.data(), n, b.recv.data(), count,
+                                               type, op, total, o.segmentBytes);
+    } else {
+      // One buffer per rank: the leaf, or the leaves folded (into recv when in place).
+      Buffer folded = contributionOf(leaves, mine, count, type, op);
+      const void* send = b.pointers[0];
+      if (n > 1) {
+        if (o.inPlace) {
+          std::memcpy(b.recv.data(), folded.data(), folded.size());
+          send = b.recv.data();
+        } else {
+          send = folded.data();
+        }
+      }
+      if (mode == Mode::kOrdered) {
+        out.cpu = collective::orderedAllreduce(comm, send, b.recv.data(), count, type, op, options,
+                                               total);
+      } else {
+        out.cpu = collective::modeAllreduce(comm, mode, send, b.recv.data(), count, type, op,
+                                            options, total);
+      }
+    }
+    out.cpuOut = b.recv.contents();
+    out.damage += b.damage(leaves, mine, o, "CPU path");
+  });
+  EXPECT_TRUE(spawned.isOk()) << spawned.toString();
+  return outcome;
+}
+
+// Every rank: both paths succeeded, wrote nothing they must not, and hold `expected`.
+void expectEverywhere(const std::vector<RankOutcome>& outcome, const Buffer& expected, size_t count,
+                      DataType type, const Options& o) {
+  for (size_t r = 0; r < outcome.size(); ++r) {
+    const RankOutcome& x = outcome[r];
+    ASSERT_TRUE(x.twin.isOk()) << "rank " << r << " twin: " << x.twin.toString();
+    ASSERT_TRUE(x.damage.empty()) << "rank " << r << ": " << x.damage;
+    ASSERT_TRUE(sameBits(x.twinOut.data(), expected.data(), count, type))
+        << "rank " << r << ": twin vs reference";
+    if (!o.cpuPath) continue;
+    ASSERT_TRUE(x.cpu.isOk()) << "rank " << r << " CPU path: " << x.cpu.toString();
+    ASSERT_TRUE(sameBits(x.twinOut.data(), x.cpuOut.data(), count, type))
+        << "rank " << r << ": twin vs CPU path";
+  }
+}
+
+Buffer referenceOf(Mode mode, const std::vector<Buffer>& leaves, const Placement& placement,
+                   size_t count, DataType type, ReduceOp op) {
+  return mode == Mode::kOrdered ? orderedReference(leaves, placement, count, type, op)
+                                : invariantReference(leaves, placement, count, type, op);
+}
+
+// ---- the grid: ordered and invariant, every dtype, op, world size, length, segment --------------
+
+using GridParam = std::tuple<Mode, DataType>;
+
+class TwinAllreduceGridTest : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(TwinAllreduceGridTest, EveryRankGetsTheReferenceAndCpuPathBits) {
+  const auto [mode, type] = GetParam();
+  uint64_t variant = 0;
+  for (int p = 1; p <= 5; ++p) {
+    std::vector<size_t> counts = {0, 1, 2, size_t(p - 1), size_t(p), size_t(p + 1), 1000};
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+    std::vector<std::vector<int>> spreads = {std::vector<int>(p, 1)};
+    if (p > 1) {
+      std::vector<int> growing(p);
+      std::iota(growing.begin(), growing.end(), 1);  // rank r holds r + 1 leaves
+      spreads.push_back(growing);
+    }
+    for (const auto& spread : spreads) {
+      const Placement placement =
+          place(spread, identity(std::accumulate(spread.begin(), spread.end(), 0)));
+      for (size_t count : counts) {
+        for (size_t segmentBytes : {size_t{64}, size_t{1000}, size_t{4096}, size_t{1} << 20}) {
+          if (count < 1000 && (segmentBytes == 1000 || segmentBytes == 4096)) continue;
+          ++variant;
+          const bool specials = isFloat(type) && variant % 3 == 1;
+          const auto leaves =
+              wideLeaves(type, totalOf(placement), count, variant * 1009 + p, specials);
+          for (ReduceOp op : testing::kAllOps) {
+            Options o;
+            o.segmentBytes = segmentBytes;
+            o.inPlace = (variant + static_cast<int>(op)) % 2 == 1;
+            o.shifted = (variant + static_cast<int>(op)) % 3 == 2;
+            SCOPED_TRACE(describe(mode, type, op, count, placement, o) +
+                         (specials ? " with inf/NaN" : ""));
+            const Buffer expected = referenceOf(mode, leaves, placement, count, type, op);
+            expectEverywhere(runBoth(mode, leaves, placement, count, type, op, o), expected, count,
+                             type, o);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+std::string gridName(const ::testing::TestParamInfo<GridParam>& info) {
+  return modeName(std::get<0>(info.param)) + "_" + dataTypeName(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(OrderedAndInvariant, TwinAllreduceGridTest,
+                         ::testing::Combine(::testing::Values(Mode::kOrdered, Mode::kInvariant),
+                                            ::testing::ValuesIn(testing::kAllTypes)),
+                         gridName);
+
+// A long buffer: many rounds of a mid-size segment, or few of a large one.
+TEST_P(TwinAllreduceGridTest, LongBufferGetsTheReferenceAndCpuPathBits) {
+  const auto [mode, type] = GetParam();
+  const size_t count = 100003;
+  uint64_t variant = 0;
+  for (int p : {3, 5}) {
+    const size_t segmentBytes = p == 3 ? 4096 : size_t{1} << 20;
+    std::vector<int> spread(p, 1);
+    if (p == 5) std::iota(spread.begin(), spread.end(), 1);
+    const Placement placement =
+        place(spread, identity(std::accumulate(spread.begin(), spread.end(), 0)));
+    const auto leaves =
+        wideLeaves(type, totalOf(placement), count, 4242 + p, isFloat(type) && p == 5);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+      Options o;
+      o.segmentBytes = segmentBytes;
+      o.inPlace = ++variant % 2 == 0;
+      o.shifted = variant % 3 == 0;
+      SCOPED_TRACE(describe(mode, type, op, count, placement, o));
+      const Buffer expected = referenceOf(mode, leaves, placement, count, type, op);
+      expectEverywhere(runBoth(mode, leaves, placement, count, type, op, o), expected, count, type,
+                       o);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// ---- invariant: the bits of the multiset of leaves, wherever the leaves are ---------------------
+
+class TwinAllreduceInvariantTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(TwinAllreduceInvariantTest, SameBitsWhateverTheWorldSizeAndSpread) {
+  const DataType type = GetParam();
+  // Five leaves on 1 to 5 ranks, spread and ordered in several ways (the last placement is one
+  // leaf per rank: the pipeline that reduces the leaves themselves).
+  const std::vector<std::pair<std::vector<int>, std::vector<int>>> layouts = {
+      {{5}, {0, 1, 2, 3, 4}},
+      {{5}, {4, 2, 0, 3, 1}},
+      {{2, 3}, {0, 1, 2, 3, 4}},
+      {{4, 1}, {3, 0, 4, 1, 2}},
+      {{1, 1, 3}, {2, 4, 0, 1, 3}},
+      {{2, 2, 1}, {1, 3, 0, 4, 2}},
+      {{1, 2, 1, 1}, {4, 3, 2, 1, 0}},
+      {{1, 1, 1, 1, 1}, {0, 1, 2, 3, 4}},
+      {{1, 1, 1, 1, 1}, {3, 1, 4, 0, 2}}};
+  const size_t segments[] = {64, 1000, size_t{1} << 20};
+  uint64_t variant = 0;
+  for (size_t count : {size_t{33}, size_t{1000}}) {
+    for (bool specials : {false, true}) {
+      if (specials && !isFloat(type)) continue;
+      const auto leaves = wideLeaves(type, 5, count, count * 7 + specials, specials);
+      for (ReduceOp op : testing::kAllOps) {
+        const Buffer expected =
+            invariantReference(leaves, Placement{std::vector<int>{0, 1, 2, 3, 4}}, count, type, op);
+        Buffer first;
+        for (const auto& [spread, order] : layouts) {
+          const Placement placement = place(spread, order);
+          Options o;
+          o.segmentBytes = segments[variant % 3];
+          o.inPlace = variant % 2 == 1;
+          o.shifted = variant % 5 == 3;
+          o.cpuPath = variant % 2 == 0;
+          ++variant;
+          SCOPED_TRACE(describe(Mode::kInvariant, type, op, count, placement, o) +
+                       (specials ? " with inf/NaN" : ""));
+          const auto outcome = runBoth(Mode::kInvariant, leaves, placement, count, type, op, o);
+          expectEverywhere(outcome, expected, count, type, o);
+          if (::testing::Test::HasFatalFailure()) return;
+          if (first.empty()) first = outcome[0].twinOut;
+          for (size_t r = 0; r < outcome.size(); ++r) {
+            ASSERT_TRUE(sameBits(outcome[r].twinOut.data(), first.data(), count, type))
+                << "rank " << r << " vs the first placement's rank 0";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TwinAllreduceDataTest, TheDataSeesTheFoldOrder) {
+  // The five leaves above are sensitive to the order of a float32 or float64 fold: where the
+  // invariant results agree across placements, the ordered ones do not. (float16 and bfloat16
+  // fold five leaves in float, nearly always exactly, and integers are exact in any order.)
+  for (DataType type : {DataType::kFloat32, DataType::kFloat64}) {
+    const size_t count = 1000;
+    const auto leaves = wideLeaves(type, 5, count, count * 7, false);
+    const Buffer a = orderedReference(leaves, place({1, 1, 1, 1, 1}, {0, 1, 2, 3, 4}), count, type,
+                                      ReduceOp::kSum);
+    const Buffer b = orderedReference(leaves, place({1, 1, 1, 1, 1}, {3, 1, 4, 0, 2}), count, type,
+                                      ReduceOp::kSum);
+    EXPECT_FALSE(sameBits(a.data(), b.data(), count, type))
+        << dataTypeName(type) << ": the test data does not tell one fold order from another";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, TwinAllreduceInvariantTest,
+                         ::testing::ValuesIn(testing::kAllTypes),
+                         [](const auto& info) { return dataTypeName(info.param); });
+
+// ---- native: nothing promised but the arithmetic on exact data ----------------------------------
+
+// Small integers in the dtype's bits (exact in every dtype, and so are their sums here).
+Buffer smallIntegers(DataType type, size_t count, std::mt19937_64& g) {
+  const size_t es = dataTypeSize(type);
+  Buffer out(count * es);
+  std::uniform_int_distribution<int> value(-16, 16);
+  for (size_t i = 0; i < count; ++i) {
+    const int v = value(g);
+    uint64_t bits = 0;
+    switch (type) {
+      case DataType::kFloat32: {
+        const float f = static_cast<float>(v);
+        std::memcpy(&bits, &f, 4);
+        break;
+      }
+      case DataType::kFloat64: {
+        const double d = v;
+        std::memcpy(&bits, &d, 8);
+        break;
+      }
+      case DataType::kFloat16: {
+        const _Float16 h = static_cast<_Float16>(v);
+        std::memcpy(&bits, &h, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        const float f = static_cast<float>(v);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        bits = u >> 16;  // exact: a small integer has few mantissa bits
+        break;
+      }
+      default:
+        bits = static_cast<uint64_t>(static_cast<int64_t>(v));
+    }
+    std::memcpy(out.data() + i * es, &bits, es);
+  }
+  return out;
+}
+
+class TwinAllreduceNativeTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(TwinAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
+  const DataType type = GetParam();
+  const size_t es = dataTypeSize(type);
+  std::mt19937_64 g(99 + static_cast<int>(type));
+  for (int p = 1; p <= 5; ++p) {
+    std::vector<int> growing(p);
+    std::iota(growing.begin(), growing.end(), 1);
+    for (const auto& spread : {std::vector<int>(p, 1), growing}) {
+      const Placement placement =
+          place(spread, identity(std::accumulate(spread.begin(), spread.end(), 0)));
+      const int total = totalOf(placement);
+      for (size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
+        std::vector<Buffer> leaves;
+        for (int l = 0; l < total; ++l) leaves.push_back(smallIntegers(type, count, g));
+        for (ReduceOp op : testing::kAllOps) {
+          Options o;
+          o.segmentBytes = 64;
+          o.inPlace = (count + p + static_cast<int>(op)) % 2 == 0;
+          SCOPED_TRACE(describe(Mode::kNative, type, op, count, placement, o));
+          // The exact result, as a double per element.
+          std::vector<double> exact(count);
+          for (size_t i = 0; i < count; ++i) {
+            double sum = 0, lo = 1e300, hi = -1e300;
+            for (const Buffer& leaf : leaves) {
+              const double v = testing::elementAsDouble(leaf.data(), i, type);
+              sum += v;
+              lo = std::min(lo, v);
+              hi = std::max(hi, v);
+            }
+            exact[i] = op == ReduceOp::kMin ? lo : op == ReduceOp::kMax ? hi : sum;
+          }
+          const auto outcome = runBoth(Mode::kNative, leaves, placement, count, type, op, o);
+          for (size_t r = 0; r < outcome.size(); ++r) {
+            const RankOutcome& x = outcome[r];
+            ASSERT_TRUE(x.twin.isOk()) << "rank " << r << ": " << x.twin.toString();
+            ASSERT_TRUE(x.cpu.isOk()) << "rank " << r << ": " << x.cpu.toString();
+            ASSERT_TRUE(x.damage.empty()) << "rank " << r << ": " << x.damage;
+            ASSERT_TRUE(sameBits(x.twinOut.data(), x.cpuOut.data(), count, type))
+                << "rank " << r << ": twin vs CPU path";
+            if (op != ReduceOp::kAverage) {
+              for (size_t i = 0; i < count; ++i) {
+                ASSERT_EQ(testing::elementAsDouble(x.twinOut.data(), i, type), exact[i])
+                    << "rank " << r << " element " << i;
+              }
+            }
+          }
+          if (op == ReduceOp::kAverage) {
+            // The exact sum in the dtype, divided by the number of leaves as the fold divides.
+            std::vector<Buffer> sumOnly = {Buffer(count * es)};
+            std::vector<const void*> in;
+            for (const Buffer& leaf : leaves) in.push_back(leaf.data());
+            kernels::foldRankOrder(sumOnly[0].data(), in.data(), total, count, type, ReduceOp::kSum,
+                                   1);
+            for (size_t i = 0; i < count; ++i) {
+              ASSERT_EQ(testing::elementAsDouble(sumOnly[0].data(), i, type), exact[i])
+                  << "the sum of the test data is not exact, element " << i;
+            }
+            Buffer expected(count * es);
+            kernels::foldRankOrder(expected.data(), pointersOf(sumOnly).data(), 1, count, type,
+                                   ReduceOp::kAverage, total);
+            for (size_t r = 0; r < outcome.size(); ++r) {
+              ASSERT_TRUE(sameBits(outcome[r].twinOut.data(), expected.data(), count, type))
+                  << "rank " << r << ": twin average vs the exact sum divided by " << total;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, TwinAllreduceNativeTest, ::testing::ValuesIn(testing::kAllTypes),
+                         [](const auto& info) { return dataTypeName(info.param); });
+
+}  // namespace
+}  // namespace detcoll
