@@ -39,6 +39,13 @@ void checkDtype(LocalChecks& checks, int dtype, size_t count, size_t factor) {
   });
 }
 
+// Device buffers must be on the device of the device path.
+void checkDevice(LocalChecks& checks, int device, Collectives& collectives) {
+  if (device < 0 || !checks.status().isOk()) return;
+  const Status onDevice = collectives.devicePath().checkDevice(device);
+  checks.require(onDevice.isOk(), [&] { return onDevice.message(); });
+}
+
 }  // namespace
 
 Status Collectives::allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype,
@@ -82,6 +89,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
       return leafName(l) + " and recvbuf overlap without being the same buffer";
     });
   }
+  checkDevice(checks, device, *this);
   const auto type = static_cast<DataType>(dtype);
   const auto reduceOp = static_cast<ReduceOp>(op);
 
@@ -196,6 +204,7 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
     return "root " + std::to_string(root) + " is not a rank of a world of " +
            std::to_string(comm_.size());
   });
+  checkDevice(checks, device, *this);
   CallDescription call;
   call.kind = CallKind::kBroadcast;
   call.name = name ? name : "";
@@ -226,6 +235,7 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
     checks.require(send == slot || !overlapsPartially(send, bytes, recv, bytes * p),
                    [&] { return "sendbuf overlaps recvbuf other than at this rank's slot"; });
   }
+  checkDevice(checks, device, *this);
   CallDescription call;
   call.kind = CallKind::kAllgather;
   call.name = name ? name : "";

@@ -1,6 +1,7 @@
 #include "collective/device_collectives.h"
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -58,72 +59,120 @@ DevicePath::DevicePath(Communicator& comm, GpuTransport transport)
     : comm_(comm), transport_(transport) {}
 
 DevicePath::~DevicePath() {
-  nccl_.reset();
 #if DETCOLL_WITH_CUDA
-  if (libraryStream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(libraryStream_));
+  if (device_ >= 0) {
+    DeviceScope scope(device_);
+    nccl_.reset();
+    if (libraryStream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(libraryStream_));
+  }
 #endif
 }
 
-Status DevicePath::prepare(int device) {
-  if (prepared_) {
-    if (device == device_) return Status::ok();
-    return Status::invalidArgument("the buffers are on CUDA device " + std::to_string(device) +
-                                   "; detcoll's device collectives run on device " +
-                                   std::to_string(device_) + ", where the first one was called");
-  }
-#if DETCOLL_WITH_NCCL
-  if (transport_ != GpuTransport::kMpi) {
-    // Rank 0 makes the id; every rank learns it, or that there is none, in one broadcast.
-    std::array<char, 1 + sizeof(NcclTransport::UniqueId)> message{};
-    Status made = Status::ok();
-    if (comm_.rank() == 0) {
-      NcclTransport::UniqueId id;
-      made = NcclTransport::uniqueId(&id);
-      message[0] = made.isOk() ? 1 : 0;
-      std::memcpy(message.data() + 1, id.data(), id.size());
+Status DevicePath::checkDevice(int device) const {
+  if (!prepared_ || device == device_) return Status::ok();
+  return Status::invalidArgument("the buffers are on CUDA device " + std::to_string(device) +
+                                 "; detcoll's device collectives run on device " +
+                                 std::to_string(device_) + ", where the first one was called");
+}
+
+Status DevicePath::agreeAcrossRanks(const Status& local) {
+  // Each rank's status code and the start of its message; every rank words the same verdict.
+  struct Verdict {
+    uint8_t code;
+    char text[127];
+  };
+  Verdict mine{};
+  mine.code = static_cast<uint8_t>(local.code());
+  std::strncpy(mine.text, local.message().c_str(), sizeof(mine.text) - 1);
+  std::vector<Verdict> all(comm_.size());
+  DETCOLL_RETURN_IF_ERROR(comm_.allgather(&mine, all.data(), sizeof(Verdict)));
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (all[r].code != 0) {
+      return Status(static_cast<StatusCode>(all[r].code),
+                    "rank " + std::to_string(r) + ": " + std::string(all[r].text));
     }
-    DETCOLL_RETURN_IF_ERROR(comm_.broadcast(message.data(), message.size(), 0));
-    if (message[0] == 0) {
-      const std::string why = "rank 0 could not create an NCCL id" +
-                              (made.isOk() ? std::string() : ": " + made.message());
-      if (transport_ == GpuTransport::kNccl) {
-        return Status::backend("DETCOLL_GPU_TRANSPORT is nccl, but " + why);
-      }
-      DETCOLL_LOG(kWarn) << why << "; collectives on device memory are staged through host memory";
-    } else {
+  }
+  return Status::ok();
+}
+
+Status DevicePath::prepare(int device) {
+  if (prepared_) return checkDevice(device);
+  DETCOLL_RETURN_IF_ERROR(startNccl(device));
+  device_ = device;
+#if DETCOLL_WITH_CUDA
+  // The library's stream, made now so that no later call can fail alone making it.
+  {
+    DeviceScope scope(device_);
+    Status made = scope.status();
+    cudaStream_t s = nullptr;
+    if (made.isOk()) made = cudaCheck(cudaStreamCreate(&s), "cudaStreamCreate");
+    if (made.isOk()) libraryStream_ = s;
+    DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(made));
+  }
+#endif
+  prepared_ = true;
+  return Status::ok();
+}
+
+Status DevicePath::startNccl(int device) {
+#if DETCOLL_WITH_NCCL
+  if (transport_ == GpuTransport::kMpi) return Status::ok();
+  // Rank 0 makes the id; every rank learns it, or that there is none, in one broadcast.
+  std::array<char, 1 + sizeof(NcclTransport::UniqueId)> message{};
+  Status local = Status::ok();
+  if (comm_.rank() == 0) {
+    NcclTransport::UniqueId id;
+    local = NcclTransport::uniqueId(&id);
+    message[0] = local.isOk() ? 1 : 0;
+    std::memcpy(message.data() + 1, id.data(), id.size());
+  }
+  DETCOLL_RETURN_IF_ERROR(comm_.broadcast(message.data(), message.size(), 0));
+  if (message[0] == 0 && comm_.rank() != 0) {
+    local = Status::backend("rank 0 could not create an NCCL id");
+  }
+  // Every rank on its device, or none goes into NCCL's init.
+  std::unique_ptr<NcclTransport> transport;
+  Status started = agreeAcrossRanks(local);
+  if (started.isOk()) {
+    DeviceScope scope(device);
+    local = scope.status();
+    started = agreeAcrossRanks(local);
+    if (started.isOk()) {
       NcclTransport::UniqueId id;
       std::memcpy(id.data(), message.data() + 1, id.size());
-      DeviceScope scope(device);
-      DETCOLL_RETURN_IF_ERROR(scope.status());
-      std::unique_ptr<NcclTransport> transport;
-      DETCOLL_RETURN_IF_ERROR(NcclTransport::create(id, comm_.rank(), comm_.size(), &transport));
-      nccl_ = std::move(transport);
-      DETCOLL_LOG(kInfo) << "collectives on device memory run over NCCL on device " << device;
+      // A failure here may leave the other ranks inside NCCL's init: NCCL's own behaviour.
+      local = NcclTransport::create(id, comm_.rank(), comm_.size(), &transport);
+      started = agreeAcrossRanks(local);
     }
   }
+  if (started.isOk()) {
+    transport->setAgreement([this](const Status& s) { return agreeAcrossRanks(s); });
+    nccl_ = std::move(transport);
+    DETCOLL_LOG(kInfo) << "collectives on device memory run over NCCL on device " << device;
+    return Status::ok();
+  }
+  transport.reset();  // where it was made while another rank failed
+  if (transport_ == GpuTransport::kNccl) {
+    return Status(started.code(),
+                  "DETCOLL_GPU_TRANSPORT is nccl, but NCCL could not start: " + started.message());
+  }
+  DETCOLL_LOG(kWarn) << "NCCL could not start (" << started.message()
+                     << "); collectives on device memory are staged through host memory";
+  return Status::ok();
 #else
+  (void)device;
   if (transport_ == GpuTransport::kNccl) {
     return Status::invalidArgument("DETCOLL_GPU_TRANSPORT is nccl, but this build has no NCCL");
   }
-#endif
-  device_ = device;
-  prepared_ = true;
   return Status::ok();
+#endif
 }
 
 #if DETCOLL_WITH_CUDA
 
 Status DevicePath::stream(void** stream) {
-  if (userStream_ != nullptr) {
-    *stream = userStream_;
-    return Status::ok();
-  }
-  if (libraryStream_ == nullptr) {
-    cudaStream_t s = nullptr;
-    DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaStreamCreate(&s), "cudaStreamCreate"));
-    libraryStream_ = s;
-  }
-  *stream = libraryStream_;
+  *stream = userStream_ != nullptr ? userStream_ : libraryStream_;
+  if (*stream == nullptr) return Status::internal("no stream: the device path is not prepared");
   return Status::ok();
 }
 
@@ -135,22 +184,28 @@ Status DevicePath::finish() {
 
 Status DevicePath::stage(const void* const* buffers, int count, size_t bytes,
                          std::vector<std::vector<char>>* out) {
-  // The caller's stream first; cudaMemcpy then orders itself after the legacy default stream.
-  if (userStream_ != nullptr) {
-    DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(userStream_)),
-                                      "cudaStreamSynchronize"));
-  }
+  // On the call's stream, after the work already there; then wait for the copies.
+  void* s = nullptr;
+  DETCOLL_RETURN_IF_ERROR(stream(&s));
   out->resize(count);
   for (int j = 0; j < count; ++j) {
     (*out)[j].resize(bytes);
-    DETCOLL_RETURN_IF_ERROR(cudaCheck(
-        cudaMemcpy((*out)[j].data(), buffers[j], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy"));
+    DETCOLL_RETURN_IF_ERROR(
+        cudaCheck(cudaMemcpyAsync((*out)[j].data(), buffers[j], bytes, cudaMemcpyDeviceToHost,
+                                  static_cast<cudaStream_t>(s)),
+                  "cudaMemcpyAsync"));
   }
-  return Status::ok();
+  return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
 }
 
 Status DevicePath::unstage(void* device, const void* host, size_t bytes) {
-  return cudaCheck(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  // Pageable memory: the copy may return before it lands, so wait for the stream.
+  void* s = nullptr;
+  DETCOLL_RETURN_IF_ERROR(stream(&s));
+  DETCOLL_RETURN_IF_ERROR(cudaCheck(
+      cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(s)),
+      "cudaMemcpyAsync"));
+  return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
 }
 
 Status DevicePath::allreduce(Mode mode, const void* const* leaves, int nleaves, void* recv,
@@ -168,7 +223,7 @@ Status DevicePath::allreduce(Mode mode, const void* const* leaves, int nleaves, 
   }
   const size_t bytes = count * dataTypeSize(type);
   std::vector<std::vector<char>> staged;
-  DETCOLL_RETURN_IF_ERROR(stage(leaves, nleaves, bytes, &staged));
+  DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(stage(leaves, nleaves, bytes, &staged)));
   std::vector<const void*> pointers;
   for (const auto& leaf : staged) pointers.push_back(leaf.data());
   std::vector<char> result(bytes);
@@ -190,7 +245,7 @@ Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
 #endif
   std::vector<std::vector<char>> staged;
   const void* buffers[1] = {data};
-  DETCOLL_RETURN_IF_ERROR(stage(buffers, 1, bytes, &staged));
+  DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(stage(buffers, 1, bytes, &staged)));
   DETCOLL_RETURN_IF_ERROR(comm_.broadcast(staged[0].data(), bytes, root));
   return unstage(data, staged[0].data(), bytes);
 }
@@ -209,7 +264,7 @@ Status DevicePath::allgather(const void* send, void* recv, size_t bytes, int dev
 #endif
   std::vector<std::vector<char>> staged;
   const void* buffers[1] = {send};
-  DETCOLL_RETURN_IF_ERROR(stage(buffers, 1, bytes, &staged));
+  DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(stage(buffers, 1, bytes, &staged)));
   std::vector<char> all(bytes * comm_.size());
   DETCOLL_RETURN_IF_ERROR(comm_.allgather(staged[0].data(), all.data(), bytes));
   return unstage(recv, all.data(), all.size());

@@ -46,18 +46,27 @@ class DevicePath {
 
   // Whether the calls so far went over NCCL (false before the first device call).
   bool usesNccl() const { return nccl_ != nullptr; }
+  // A local check, made before the call agreement: the buffers must be on the device the first
+  // device call fixed.
+  Status checkDevice(int device) const;
+  // The verdict over every rank's local status, the same on every rank (over the host
+  // communicator): the first failing rank's error, named.
+  Status agreeAcrossRanks(const Status& local);
 
  private:
   // Decides, at the first device call, NCCL or host; the same decision on every rank.
   Status prepare(int device);
-  // The stream of this call (the library's is made at first use).
+  // The stream of this call: the caller's, or the library's (made by prepare).
   Status stream(void** stream);
   // Waits for the call's work when it ran on the library's stream.
   Status finish();
   // Host copies of `count` device buffers of `bytes`, after the work before the call.
   Status stage(const void* const* buffers, int count, size_t bytes,
                std::vector<std::vector<char>>* out);
+  // Copies a host result to the device and waits until it is there.
   Status unstage(void* device, const void* host, size_t bytes);
+  // NCCL on every rank, or (auto) the host way on every rank; an error on every rank otherwise.
+  Status startNccl(int device);
 
   Communicator& comm_;
   GpuTransport transport_;

@@ -35,6 +35,7 @@
 namespace detcoll::collective::device_pipeline {
 
 using kernels::parallel::aligned16;
+using kernels::parallel::kVectorBytes;
 using kernels::parallel::Pieces;
 
 // One run of the direct reduce-scatter + allgather schedule.
@@ -63,8 +64,13 @@ class Pipeline {
         s_(s),
         p_(t.size()),
         rank_(t.rank()),
-        segment_(
-            std::max<size_t>(1, std::min(s.segmentBytes / s.inBytes, (s.count + p_ - 1) / p_))),
+        // Shards start at multiples of unit_ elements, 16 bytes of input and of output, so that
+        // every shard of 16-byte aligned buffers is read and written as vectors; a segment is a
+        // whole number of units.
+        unit_(std::max<size_t>(1, kVectorBytes / std::min(s.inBytes, s.outBytes))),
+        segment_(roundUp(
+            std::max<size_t>(1, std::min(s.segmentBytes / s.inBytes, (s.count + p_ - 1) / p_)),
+            unit_)),
         round_(segment_ * p_),
         // Slots of 16-byte multiples, so that every staged piece can be read as vectors.
         slotBytes_((segment_ * s.inBytes + 15) / 16 * 16) {}
@@ -73,7 +79,10 @@ class Pipeline {
     if (s_.count == 0) return Status::ok();
     staging_ = e_.template alloc<char>(static_cast<int64_t>(p_ * slotBytes_));
     if (!s_.input) encoded_ = e_.template alloc<char>(static_cast<int64_t>(round_ * s_.inBytes));
-    DETCOLL_RETURN_IF_ERROR(e_.status());
+    // Every rank has its scratch (and whatever the caller allocated before) or every rank stops.
+    DETCOLL_RETURN_IF_ERROR(t_.agree(e_.status()));
+    // From here every rank runs every transfer: a kernel that fails to launch makes the later
+    // launches no-ops and is reported at the end, so no peer is left waiting.
     const size_t rounds = (s_.count + round_ - 1) / round_;
     for (size_t q = 0; q < rounds; ++q) {
       if (!s_.input) s_.encode(q * round_, length(q), encoded_);
@@ -82,7 +91,6 @@ class Pipeline {
       sends_.clear();
       recvs_.clear();
       reduce(q);
-      DETCOLL_RETURN_IF_ERROR(e_.status());
       gather(q);
     }
     DETCOLL_RETURN_IF_ERROR(t_.exchange(sends_, recvs_, stream_));
@@ -90,18 +98,23 @@ class Pipeline {
   }
 
  private:
+  static size_t roundUp(size_t n, size_t unit) { return (n + unit - 1) / unit * unit; }
   struct Shard {
     size_t begin;
     size_t length;
   };
   size_t length(size_t q) const { return std::min(round_, s_.count - q * round_); }
-  // A balanced split of round q, the first length % P shards one element longer.
+  // A balanced split of round q in units, the first ones a unit longer (the last may be short).
   Shard shard(size_t q, int j) const {
     const size_t n = length(q);
-    const size_t base = n / p_;
-    const size_t extra = n % p_;
-    const size_t offset = base * j + std::min<size_t>(j, extra);
-    return {q * round_ + offset, base + (static_cast<size_t>(j) < extra ? 1 : 0)};
+    const size_t units = (n + unit_ - 1) / unit_;
+    const size_t base = units / p_;
+    const size_t extra = units % p_;
+    const size_t first = base * j + std::min<size_t>(j, extra);
+    const size_t begin = std::min(n, first * unit_);
+    const size_t end =
+        std::min(n, (first + base + (static_cast<size_t>(j) < extra ? 1 : 0)) * unit_);
+    return {q * round_ + begin, end - begin};
   }
   const char* inputAt(size_t q, size_t index) const {
     if (s_.input) return static_cast<const char*>(s_.input) + index * s_.inBytes;
@@ -153,6 +166,7 @@ class Pipeline {
   const Stage& s_;
   const int p_;
   const int rank_;
+  const size_t unit_;
   const size_t segment_;
   const size_t round_;
   const size_t slotBytes_;
@@ -287,9 +301,10 @@ Status invariantAllreduce(Exec& e, DeviceTransport& t, void* stream, const void*
     par::encode(e, static_cast<int64_t*>(dst), l.at(begin), nleaves, keys + begin * kb,
                 static_cast<int64_t>(n), type, l.aligned(begin));
   };
-  s.fold = [&](void* out, const Pieces& pieces, size_t begin, size_t n, bool vectorized) {
+  s.fold = [&](void* out, const Pieces& pieces, size_t begin, size_t n, bool) {
+    // The int64 pieces are read element by element; only the output is stored as vectors.
     par::decode(e, out, pieces, p, keys + begin * kb, static_cast<int64_t>(n), type, op,
-                totalLeaves, vectorized);
+                totalLeaves, aligned16({out}));
   };
   return runStage(e, t, stream, s);
 }
@@ -298,6 +313,7 @@ template <typename Exec>
 Status nativeAllreduce(Exec& e, DeviceTransport& t, void* stream, const void* send, void* recv,
                        size_t count, DataType type, ReduceOp op, int64_t divisor) {
   const bool average = op == ReduceOp::kAverage;
+  DETCOLL_RETURN_IF_ERROR(t.agree(e.status()));  // the folded contribution's scratch
   DETCOLL_RETURN_IF_ERROR(
       t.nativeAllreduce(send, recv, count, type, average ? ReduceOp::kSum : op, stream));
   if (average) {

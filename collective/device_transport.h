@@ -43,6 +43,12 @@ class DeviceTransport {
   // The backend's own allreduce, on the stream (mode native; sum, min or max): no order promised.
   virtual Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
                                  ReduceOp op, void* stream) = 0;
+
+  // The verdict over every rank's local status, the same on every rank: the pipeline asks before
+  // its first transfer, so that a rank failing alone (scratch it could not allocate) fails every
+  // rank instead of leaving them waiting for its transfers. The default, for transports whose
+  // ranks share one process (the tests'), returns the local status.
+  virtual Status agree(const Status& local) { return local; }
 };
 
 }  // namespace detcoll::collective

@@ -102,10 +102,12 @@ Status NcclTransport::exchange(const std::vector<SendSpec>& sends,
 
 Status NcclTransport::nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
                                       ReduceOp op, void* stream) {
+  if (op == ReduceOp::kAverage) {
+    return Status::internal("the native allreduce sums and divides after: no average here");
+  }
   ncclRedOp_t nop = ncclSum;
   if (op == ReduceOp::kMin) nop = ncclMin;
   if (op == ReduceOp::kMax) nop = ncclMax;
-  if (op == ReduceOp::kAverage) nop = ncclAvg;
   return check(
       ncclAllReduce(send, recv, count, ncclTypeOf(type), nop, handle(comm_), streamOf(stream)),
       "ncclAllReduce");

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "collective/device_transport.h"
@@ -35,6 +36,11 @@ class NcclTransport : public DeviceTransport {
                   void* stream) override;
   Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                          void* stream) override;
+  Status agree(const Status& local) override { return agreement_ ? agreement_(local) : local; }
+  // How agree() reaches the other ranks: over the host communicator (device_collectives.cc).
+  void setAgreement(std::function<Status(const Status&)> agreement) {
+    agreement_ = std::move(agreement);
+  }
   Status broadcast(void* data, size_t bytes, int root, void* stream);
   // Every rank's `bytes` into recv in rank order.
   Status allgather(const void* send, void* recv, size_t bytes, void* stream);
@@ -48,6 +54,7 @@ class NcclTransport : public DeviceTransport {
   int rank_;
   int size_;
   int device_;
+  std::function<Status(const Status&)> agreement_;
 };
 
 }  // namespace detcoll::collective

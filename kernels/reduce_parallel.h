@@ -23,6 +23,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <type_traits>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/half.h"
@@ -490,7 +491,10 @@ void invariantLocal(Exec& e, void* out, const Pieces& pieces, int p, int64_t n, 
 template <typename Exec>
 Pieces tableOf(Exec& e, const void* const* pointers, int k, const void* also, bool* vectorized) {
   const char** table = e.template alloc<const char*>(k);
-  e.toDevice(table, pointers, static_cast<size_t>(k) * sizeof(void*));
+  // From a copy of our own in pageable memory, which the copy has read when it returns: the
+  // caller's array may be pinned, where the copy would read it later.
+  const std::vector<const void*> copy(pointers, pointers + k);
+  e.toDevice(table, copy.data(), static_cast<size_t>(k) * sizeof(void*));
   *vectorized = aligned16({also});
   for (int j = 0; j < k; ++j) *vectorized = *vectorized && aligned16({pointers[j]});
   Pieces pieces;

@@ -126,6 +126,31 @@ Mode currentMode() {
   return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
 }
 
+// DETCOLL_GPU_TRANSPORT, the same on every rank (a rank staging through host memory while another
+// runs NCCL would wait forever); nccl in a build without NCCL fails init on every rank.
+Status agreeOnGpuTransport(Runtime& runtime) {
+  const GpuTransport transport = runtime.config.gpuTransport;
+  Status local = Status::ok();
+  if (transport == GpuTransport::kNccl && !DETCOLL_WITH_NCCL) {
+    local = Status::invalidArgument("DETCOLL_GPU_TRANSPORT is nccl, but this build has no NCCL");
+  }
+  collective::AgreedValue mine;
+  mine.present = true;
+  mine.words[0] = static_cast<uint64_t>(transport);
+  auto name = [](const collective::AgreedValue& v) -> std::string {
+    switch (static_cast<GpuTransport>(v.words[0])) {
+      case GpuTransport::kNccl:
+        return "nccl";
+      case GpuTransport::kMpi:
+        return "mpi";
+      default:
+        return "auto";
+    }
+  };
+  return runtime.collectives->agreeOnValue(collective::CallKind::kInit, "DETCOLL_GPU_TRANSPORT",
+                                           local, mine, name);
+}
+
 Status initialize() {
   if (g_runtime) return Status::ok();
   int initialized = 0;
@@ -155,6 +180,7 @@ Status initialize() {
   runtime->collectives->setGpuTransport(runtime->config.gpuTransport);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.mode;
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
+  DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(*runtime));
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
 
   MPI_Comm node = MPI_COMM_NULL;
