@@ -176,6 +176,13 @@ Status DevicePath::stream(void** stream) {
   return Status::ok();
 }
 
+Status DevicePath::onStream(const std::function<Status(void* stream)>& work) {
+  void* s = nullptr;
+  DETCOLL_RETURN_IF_ERROR(stream(&s));
+  DETCOLL_RETURN_IF_ERROR(work(s));
+  return finish();
+}
+
 Status DevicePath::finish() {
   if (userStream_ != nullptr) return Status::ok();
   return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(libraryStream_)),
@@ -237,10 +244,9 @@ Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
   DETCOLL_RETURN_IF_ERROR(scope.status());
 #if DETCOLL_WITH_NCCL
   if (nccl_) {
-    void* s = nullptr;
-    DETCOLL_RETURN_IF_ERROR(stream(&s));
-    DETCOLL_RETURN_IF_ERROR(static_cast<NcclTransport&>(*nccl_).broadcast(data, bytes, root, s));
-    return finish();
+    return onStream([&](void* s) {
+      return static_cast<NcclTransport&>(*nccl_).broadcast(data, bytes, root, s);
+    });
   }
 #endif
   std::vector<std::vector<char>> staged;
@@ -256,10 +262,9 @@ Status DevicePath::allgather(const void* send, void* recv, size_t bytes, int dev
   DETCOLL_RETURN_IF_ERROR(scope.status());
 #if DETCOLL_WITH_NCCL
   if (nccl_) {
-    void* s = nullptr;
-    DETCOLL_RETURN_IF_ERROR(stream(&s));
-    DETCOLL_RETURN_IF_ERROR(static_cast<NcclTransport&>(*nccl_).allgather(send, recv, bytes, s));
-    return finish();
+    return onStream([&](void* s) {
+      return static_cast<NcclTransport&>(*nccl_).allgather(send, recv, bytes, s);
+    });
   }
 #endif
   std::vector<std::vector<char>> staged;
@@ -275,6 +280,13 @@ Status DevicePath::allgather(const void* send, void* recv, size_t bytes, int dev
 Status DevicePath::stream(void**) {
   return needsCuda();
 }
+Status DevicePath::onStream(const std::function<Status(void* stream)>& work) {
+  void* s = nullptr;
+  DETCOLL_RETURN_IF_ERROR(stream(&s));
+  DETCOLL_RETURN_IF_ERROR(work(s));
+  return finish();
+}
+
 Status DevicePath::finish() {
   return needsCuda();
 }

@@ -60,6 +60,8 @@ class DevicePath {
   Status stream(void** stream);
   // Waits for the call's work when it ran on the library's stream.
   Status finish();
+  // work(stream) on the call's stream, then finish().
+  Status onStream(const std::function<Status(void* stream)>& work);
   // Host copies of `count` device buffers of `bytes`, after the work before the call.
   Status stage(const void* const* buffers, int count, size_t bytes,
                std::vector<std::vector<char>>* out);

@@ -194,6 +194,23 @@ struct FoldBody {
   }
 };
 
+// key[l] = the largest key of lanes [0, m) of the vector at `begin` over k pieces.
+template <typename T>
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void largestKeys(const Pieces& pieces, int k,
+                                                          int64_t begin, int m, bool vectorized,
+                                                          uint32_t* key) {
+  const codec::Format f = formatFor<T>();
+  T x[kLanes<T>];
+  for (int l = 0; l < m; ++l) key[l] = 0;
+  for (int j = 0; j < k; ++j) {
+    loadVector(pieces.at<T>(j), begin, m, vectorized, x);
+    for (int l = 0; l < m; ++l) {
+      const uint32_t kj = codec::keyOf(bitsOf(x[l]), f);
+      key[l] = kj > key[l] ? kj : key[l];
+    }
+  }
+}
+
 // keys[i] = the largest key of element i over the leaves (kernels/fixed_point.h localMaxKeys).
 template <typename T>
 struct KeysBody {
@@ -205,19 +222,10 @@ struct KeysBody {
 
   DETCOLL_HOST_DEVICE void operator()(int64_t v) const {
     constexpr int W = kLanes<T>;
-    const codec::Format f = formatFor<T>();
     const int64_t begin = v * W;
     const int m = lanesAt<T>(v, n);
-    T x[W];
     uint32_t key[W];
-    for (int l = 0; l < m; ++l) key[l] = 0;
-    for (int j = 0; j < nleaves; ++j) {
-      loadVector(leaves.at<T>(j), begin, m, vectorized, x);
-      for (int l = 0; l < m; ++l) {
-        const uint32_t k = codec::keyOf(bitsOf(x[l]), f);
-        key[l] = k > key[l] ? k : key[l];
-      }
-    }
+    largestKeys<T>(leaves, nleaves, begin, m, vectorized, key);
     for (int l = 0; l < m; ++l) keys[begin + l] = static_cast<KeyOf<T>>(key[l]);
   }
 };
@@ -252,6 +260,27 @@ DETCOLL_HOST_DEVICE inline int64_t contribution(T value, uint32_t key, const cod
   return key == 0 ? 0 : codec::encodeValue(bits, key, f);
 }
 
+// sum[l] = the sum over k pieces of lane l's contribution on the grid of key[l]; for integer
+// dtypes (key unused) the wrapping sum of the values.
+template <typename T>
+DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void sumContributions(const Pieces& pieces, int k,
+                                                               int64_t begin, int m,
+                                                               bool vectorized, const uint32_t* key,
+                                                               int64_t* sum) {
+  T x[kLanes<T>];
+  for (int l = 0; l < m; ++l) sum[l] = 0;
+  for (int j = 0; j < k; ++j) {
+    loadVector(pieces.at<T>(j), begin, m, vectorized, x);
+    for (int l = 0; l < m; ++l) {
+      if constexpr (isFloatingStorage<T>()) {
+        sum[l] += contribution(x[l], key[l], formatFor<T>());
+      } else {
+        sum[l] = wrapAdd(sum[l], static_cast<int64_t>(x[l]));
+      }
+    }
+  }
+}
+
 // out[i] = the sum over the leaves of their contributions on the grid of keys[i]; integer dtypes
 // (keys unused) sum the values, wrapping. encodeLeaves of kernels/fixed_point.h, with the
 // non-finite counts carried in place.
@@ -268,23 +297,12 @@ struct EncodeBody {
     constexpr int W = kLanes<T>;
     const int64_t begin = v * W;
     const int m = lanesAt<T>(v, n);
-    T x[W];
-    int64_t sum[W];
-    for (int l = 0; l < m; ++l) sum[l] = 0;
+    uint32_t key[W] = {};
     if constexpr (isFloatingStorage<T>()) {
-      const codec::Format f = formatFor<T>();
-      uint32_t key[W];
       for (int l = 0; l < m; ++l) key[l] = static_cast<const KeyOf<T>*>(keys)[begin + l];
-      for (int j = 0; j < nleaves; ++j) {
-        loadVector(leaves.at<T>(j), begin, m, vectorized, x);
-        for (int l = 0; l < m; ++l) sum[l] += contribution(x[l], key[l], f);
-      }
-    } else {
-      for (int j = 0; j < nleaves; ++j) {
-        loadVector(leaves.at<T>(j), begin, m, vectorized, x);
-        for (int l = 0; l < m; ++l) sum[l] = wrapAdd(sum[l], static_cast<int64_t>(x[l]));
-      }
     }
+    int64_t sum[W];
+    sumContributions<T>(leaves, nleaves, begin, m, vectorized, key, sum);
     for (int l = 0; l < m; ++l) out[begin + l] = sum[l];
   }
 };
@@ -364,29 +382,11 @@ struct InvariantLocalBody {
     constexpr int W = kLanes<T>;
     const int64_t begin = v * W;
     const int m = lanesAt<T>(v, n);
-    T x[W];
+    uint32_t key[W] = {};
+    if constexpr (isFloatingStorage<T>()) largestKeys<T>(pieces, p, begin, m, vectorized, key);
     int64_t sum[W];
-    uint32_t key[W];
-    for (int l = 0; l < m; ++l) sum[l] = 0, key[l] = 0;
-    if constexpr (isFloatingStorage<T>()) {
-      const codec::Format f = formatFor<T>();
-      for (int j = 0; j < p; ++j) {
-        loadVector(pieces.at<T>(j), begin, m, vectorized, x);
-        for (int l = 0; l < m; ++l) {
-          const uint32_t k = codec::keyOf(bitsOf(x[l]), f);
-          key[l] = k > key[l] ? k : key[l];
-        }
-      }
-      for (int j = 0; j < p; ++j) {
-        loadVector(pieces.at<T>(j), begin, m, vectorized, x);
-        for (int l = 0; l < m; ++l) sum[l] += contribution(x[l], key[l], f);
-      }
-    } else {
-      for (int j = 0; j < p; ++j) {
-        loadVector(pieces.at<T>(j), begin, m, vectorized, x);
-        for (int l = 0; l < m; ++l) sum[l] = wrapAdd(sum[l], static_cast<int64_t>(x[l]));
-      }
-    }
+    sumContributions<T>(pieces, p, begin, m, vectorized, key, sum);
+    T x[W];
     for (int l = 0; l < m; ++l) x[l] = decodeElement<T>(sum[l], key[l], average, p);
     storeVector(out, begin, m, vectorized, x);
   }
