@@ -5,13 +5,14 @@
 // time: the deterministic op's speed as a fraction of the atomic one's) and whether two runs of
 // each gave the same bits.
 //   detcoll_ops_gpu_perf [-r REPEATS]
+//     -r  timed repetitions (default 20)
+// Exit status: 0, also when there is no CUDA device (it says so and measures nothing); 2 on a
+// CUDA failure or a bad argument.
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -19,33 +20,21 @@
 
 #include "kernels/ops/device.h"
 #include "kernels/ops/resample.h"
+#include "tests/bench/gpu_bench.h"
 
+namespace bench = detcoll::bench;
 namespace ops = detcoll::ops;
 using detcoll::DataType;
+using detcoll::bench::download;
+using detcoll::bench::mustBeOk;
 
 namespace {
-
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    const cudaError_t e = (call);                                            \
-    if (e != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                          \
-    }                                                                        \
-  } while (0)
-
-void mustBeOk(const detcoll::Status& s) {
-  if (!s.isOk()) {
-    std::fprintf(stderr, "%s\n", s.toString().c_str());
-    std::exit(1);
-  }
-}
 
 template <typename T>
 T* upload(const std::vector<T>& host) {
   T* p = nullptr;
-  CHECK(cudaMalloc(&p, std::max<size_t>(host.size(), 1) * sizeof(T)));
-  CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(host.size(), 1) * sizeof(T)));
+  CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
   return p;
 }
 
@@ -62,36 +51,6 @@ std::vector<int64_t> randomIndices(size_t n, int64_t m, uint64_t seed) {
   std::uniform_int_distribution<int64_t> pick(0, m - 1);
   std::vector<int64_t> v(n);
   for (int64_t& x : v) x = pick(g);
-  return v;
-}
-
-// Median milliseconds of `repeats` timed calls of run (after one warm-up call); reset before each.
-double medianMs(const std::function<void()>& reset, const std::function<void()>& run, int repeats) {
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  reset();
-  run();
-  std::vector<float> times;
-  for (int r = 0; r < repeats; ++r) {
-    reset();
-    CHECK(cudaEventRecord(start));
-    run();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-std::vector<uint8_t> download(const void* p, size_t bytes) {
-  std::vector<uint8_t> v(bytes);
-  CHECK(cudaMemcpy(v.data(), p, bytes, cudaMemcpyDeviceToHost));
   return v;
 }
 
@@ -191,17 +150,16 @@ void print(const std::vector<Row>& rows) {
 
 int main(int argc, char** argv) {
   int repeats = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "-r") == 0) repeats = std::atoi(argv[i + 1]);
+  if (!bench::parseOptions(argc, argv, {{"-r", bench::intAtLeast(&repeats, 1)}}, "[-r REPEATS]")) {
+    return bench::kFailureExit;
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device: nothing to measure\n");
-    return 0;
-  }
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d repeats, median times\n\n", prop.name, repeats);
+  if (!bench::haveDevice()) return 0;
+  std::printf("device: %s, %d repeats, median times\n\n", bench::deviceName().c_str(), repeats);
+  // Median milliseconds of the timed calls of run on the default stream (after one warm-up
+  // call), reset before each.
+  auto time = [&](const std::function<void()>& reset, const std::function<void()>& run) {
+    return bench::medianMs(run, nullptr, repeats, 1, reset);
+  };
   std::vector<Row> rows;
 
   // scatter_add, 10^7 updates into m destinations.
@@ -211,17 +169,17 @@ int main(int argc, char** argv) {
   for (int64_t m : {int64_t{1000}, int64_t{100000}, int64_t{10000000}}) {
     int64_t* dIndex = upload(randomIndices(n, m, 2));
     float* self = upload(std::vector<float>(m, 0.0f));
-    auto reset = [&] { CHECK(cudaMemset(self, 0, m * sizeof(float))); };
+    auto reset = [&] { CUDA_CHECK(cudaMemset(self, 0, m * sizeof(float))); };
     auto det = [&] {
       mustBeOk(ops::device::scatterAdd(self, {m}, DataType::kFloat32, 0, dIndex, {n}, dSrc, {n},
                                        nullptr));
     };
     auto atomic = [&] { atomicScatter<<<blocksFor(n), 256>>>(self, dIndex, dSrc, n); };
-    rows.push_back({"scatter_add", "1e7 updates into " + std::to_string(m),
-                    medianMs(reset, det, repeats), medianMs(reset, atomic, repeats),
-                    repeatable(reset, det, self, m * 4), repeatable(reset, atomic, self, m * 4)});
-    CHECK(cudaFree(dIndex));
-    CHECK(cudaFree(self));
+    rows.push_back({"scatter_add", "1e7 updates into " + std::to_string(m), time(reset, det),
+                    time(reset, atomic), repeatable(reset, det, self, m * 4),
+                    repeatable(reset, atomic, self, m * 4)});
+    CUDA_CHECK(cudaFree(dIndex));
+    CUDA_CHECK(cudaFree(self));
   }
 
   {  // embedding backward: 2^18 lookups of 256 columns into 50000 rows
@@ -229,7 +187,7 @@ int main(int argc, char** argv) {
     int64_t* dIdx = upload(randomIndices(count, vocab, 3));
     float* dGrad = upload(randomFloats(count * dim, 4));
     float* out = upload(std::vector<float>(vocab * dim, 0.0f));
-    auto reset = [&] { CHECK(cudaMemset(out, 0, vocab * dim * sizeof(float))); };
+    auto reset = [&] { CUDA_CHECK(cudaMemset(out, 0, vocab * dim * sizeof(float))); };
     auto det = [&] {
       mustBeOk(ops::device::embeddingBackward(out, vocab, DataType::kFloat32, dGrad, count, dim,
                                               dIdx, -1, false, nullptr));
@@ -237,20 +195,19 @@ int main(int argc, char** argv) {
     auto atomic = [&] {
       atomicRows<<<blocksFor(count * dim), 256>>>(out, dIdx, dGrad, count, dim);
     };
-    rows.push_back({"embedding backward", "2^18 x 256 into 50000 rows",
-                    medianMs(reset, det, repeats), medianMs(reset, atomic, repeats),
-                    repeatable(reset, det, out, vocab * dim * 4),
+    rows.push_back({"embedding backward", "2^18 x 256 into 50000 rows", time(reset, det),
+                    time(reset, atomic), repeatable(reset, det, out, vocab * dim * 4),
                     repeatable(reset, atomic, out, vocab * dim * 4)});
-    CHECK(cudaFree(dIdx));
-    CHECK(cudaFree(dGrad));
-    CHECK(cudaFree(out));
+    CUDA_CHECK(cudaFree(dIdx));
+    CUDA_CHECK(cudaFree(dGrad));
+    CUDA_CHECK(cudaFree(out));
   }
 
   {  // bias_add backward, NHWC [32, 56, 56, 256]
     const int64_t rowsCount = 32 * 56 * 56, channels = 256;
     float* dGrad = upload(randomFloats(rowsCount * channels, 5));
     float* out = upload(std::vector<float>(channels, 0.0f));
-    auto reset = [&] { CHECK(cudaMemset(out, 0, channels * sizeof(float))); };
+    auto reset = [&] { CUDA_CHECK(cudaMemset(out, 0, channels * sizeof(float))); };
     auto det = [&] {
       mustBeOk(ops::device::biasAddGrad(dGrad, {32, 56, 56, channels}, DataType::kFloat32, false,
                                         out, nullptr));
@@ -259,11 +216,11 @@ int main(int argc, char** argv) {
       atomicBiasGrad<<<blocksFor(((rowsCount + 31) / 32) * channels), 256>>>(out, dGrad, rowsCount,
                                                                              channels);
     };
-    rows.push_back({"bias_add backward", "NHWC [32, 56, 56, 256]", medianMs(reset, det, repeats),
-                    medianMs(reset, atomic, repeats), repeatable(reset, det, out, channels * 4),
+    rows.push_back({"bias_add backward", "NHWC [32, 56, 56, 256]", time(reset, det),
+                    time(reset, atomic), repeatable(reset, det, out, channels * 4),
                     repeatable(reset, atomic, out, channels * 4)});
-    CHECK(cudaFree(dGrad));
-    CHECK(cudaFree(out));
+    CUDA_CHECK(cudaFree(dGrad));
+    CUDA_CHECK(cudaFree(out));
   }
 
   {  // bilinear backward, [32 x 64] planes of 56 x 56 upsampled to 112 x 112
@@ -274,7 +231,7 @@ int main(int argc, char** argv) {
     float* dGrad = upload(randomFloats(s.planes * 112 * 112, 6));
     float* out = upload(std::vector<float>(s.planes * 56 * 56, 0.0f));
     const size_t bytes = s.planes * 56 * 56 * sizeof(float);
-    auto reset = [&] { CHECK(cudaMemset(out, 0, bytes)); };
+    auto reset = [&] { CUDA_CHECK(cudaMemset(out, 0, bytes)); };
     auto det = [&] {
       mustBeOk(ops::device::bilinear2dBackward(out, dGrad, DataType::kFloat32, s, nullptr));
     };
@@ -282,11 +239,11 @@ int main(int argc, char** argv) {
       atomicBilinear<<<blocksFor(s.planes * 112 * 112), 256>>>(out, dGrad, s.planes, 56, 56, 112,
                                                                112);
     };
-    rows.push_back({"bilinear backward", "[32, 64, 56, 56] -> 112 x 112",
-                    medianMs(reset, det, repeats), medianMs(reset, atomic, repeats),
-                    repeatable(reset, det, out, bytes), repeatable(reset, atomic, out, bytes)});
-    CHECK(cudaFree(dGrad));
-    CHECK(cudaFree(out));
+    rows.push_back({"bilinear backward", "[32, 64, 56, 56] -> 112 x 112", time(reset, det),
+                    time(reset, atomic), repeatable(reset, det, out, bytes),
+                    repeatable(reset, atomic, out, bytes)});
+    CUDA_CHECK(cudaFree(dGrad));
+    CUDA_CHECK(cudaFree(out));
   }
 
   {  // max-pool backward, [32, 64, 112, 112], 3 x 3, stride 2, padding 1
@@ -305,7 +262,7 @@ int main(int argc, char** argv) {
     mustBeOk(ops::device::maxPool2d(pooled, dIdx, dIn, DataType::kFloat32, p, nullptr));
     float* out = upload(std::vector<float>(p.planes * 112 * 112, 0.0f));
     const size_t bytes = p.planes * 112 * 112 * sizeof(float);
-    auto reset = [&] { CHECK(cudaMemset(out, 0, bytes)); };
+    auto reset = [&] { CUDA_CHECK(cudaMemset(out, 0, bytes)); };
     auto det = [&] {
       mustBeOk(ops::device::maxPool2dBackward(out, dGrad, dIdx, DataType::kFloat32, p, nullptr));
     };
@@ -313,15 +270,15 @@ int main(int argc, char** argv) {
       atomicMaxPoolBack<<<blocksFor(p.planes * oh * ow), 256>>>(out, dGrad, dIdx, p.planes,
                                                                 112 * 112, oh * ow);
     };
-    rows.push_back({"max_pool2d backward", "[32, 64, 112, 112], 3x3 s2 p1",
-                    medianMs(reset, det, repeats), medianMs(reset, atomic, repeats),
-                    repeatable(reset, det, out, bytes), repeatable(reset, atomic, out, bytes)});
+    rows.push_back({"max_pool2d backward", "[32, 64, 112, 112], 3x3 s2 p1", time(reset, det),
+                    time(reset, atomic), repeatable(reset, det, out, bytes),
+                    repeatable(reset, atomic, out, bytes)});
     for (void* q : {static_cast<void*>(dIn), static_cast<void*>(dGrad), static_cast<void*>(pooled),
                     static_cast<void*>(dIdx), static_cast<void*>(out)}) {
-      CHECK(cudaFree(q));
+      CUDA_CHECK(cudaFree(q));
     }
   }
-  CHECK(cudaFree(dSrc));
+  CUDA_CHECK(cudaFree(dSrc));
   print(rows);
   return 0;
 }

@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -38,28 +37,16 @@
 #include "kernels/fixed_point.h"
 #include "kernels/fold.h"
 #include "kernels/reduce_device.h"
+#include "tests/bench/gpu_bench.h"
 
 using detcoll::DataType;
 using detcoll::ReduceOp;
+using detcoll::bench::download;
+using detcoll::bench::mustBeOk;
+namespace bench = detcoll::bench;
 namespace device = detcoll::kernels::device;
 
 namespace {
-
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    const cudaError_t e = (call);                                            \
-    if (e != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(2);                                                          \
-    }                                                                        \
-  } while (0)
-
-void mustBeOk(const detcoll::Status& s) {
-  if (!s.isOk()) {
-    std::fprintf(stderr, "%s\n", s.toString().c_str());
-    std::exit(2);
-  }
-}
 
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kGoalBytes = 256 * kMiB;
@@ -102,43 +89,14 @@ void fill(void* out, size_t n, DataType type, uint64_t seed) {
   } else {
     fillWide<<<blocks, 256>>>(out, n, seed, 2, 8, 7);  // bfloat16
   }
-  CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T = uint8_t>
 T* deviceAlloc(size_t bytes) {
   void* p = nullptr;
-  CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+  CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
   return static_cast<T*>(p);
-}
-
-std::vector<uint8_t> download(const void* p, size_t bytes) {
-  std::vector<uint8_t> v(bytes);
-  CHECK(cudaMemcpy(v.data(), p, bytes, cudaMemcpyDeviceToHost));
-  return v;
-}
-
-// Median microseconds of `repeats` timed calls of run on `stream`, after `warmups` calls.
-double medianUs(const std::function<void()>& run, cudaStream_t stream, int repeats, int warmups) {
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  for (int w = 0; w < warmups; ++w) run();
-  CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> times;
-  for (int r = 0; r < repeats; ++r) {
-    CHECK(cudaEventRecord(start, stream));
-    run();
-    CHECK(cudaEventRecord(stop, stream));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return 1000.0 * times[times.size() / 2];
 }
 
 // Elements whose `es` bytes differ.
@@ -180,63 +138,39 @@ std::string sizeName(size_t bytes) {
   return text;
 }
 
-bool parseBytes(const char* text, size_t* bytes) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (end == text) return false;
-  size_t scale = 1;
-  if (*end == 'K' || *end == 'k') scale = size_t{1} << 10, ++end;
-  if (*end == 'M' || *end == 'm') scale = size_t{1} << 20, ++end;
-  if (*end == 'G' || *end == 'g') scale = size_t{1} << 30, ++end;
-  if (*end != '\0' || v == 0) return false;
-  *bytes = static_cast<size_t>(v) * scale;
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 20, warmups = 3;
   size_t verifyBytes = 64 * kMiB;
   std::vector<size_t> sizes = {1 * kMiB, 16 * kMiB, 64 * kMiB, 256 * kMiB};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool hasValue = i + 1 < argc;
+  const auto oneSize = [&](const char* text) {
     size_t b = 0;
-    if (a == "-b" && hasValue && parseBytes(argv[i + 1], &b)) {
-      sizes = {b};
-    } else if (a == "-v" && hasValue && parseBytes(argv[i + 1], &b)) {
-      verifyBytes = b;
-    } else if (a == "-r" && hasValue && std::atoi(argv[i + 1]) > 0) {
-      repeats = std::atoi(argv[i + 1]);
-    } else if (a == "-w" && hasValue && std::atoi(argv[i + 1]) >= 0) {
-      warmups = std::atoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [-b BYTES[K|M|G]] [-r REPEATS] [-w WARMUPS] [-v VERIFY_BYTES]\n",
-                   argv[0]);
-      return 2;
-    }
-    ++i;
+    if (!bench::parseBytes(text, &b)) return false;
+    sizes = {b};
+    return true;
+  };
+  const auto verifyUpTo = [&](const char* text) { return bench::parseBytes(text, &verifyBytes); };
+  if (!bench::parseOptions(argc, argv,
+                           {{"-b", oneSize},
+                            {"-v", verifyUpTo},
+                            {"-r", bench::intAtLeast(&repeats, 1)},
+                            {"-w", bench::intAtLeast(&warmups, 0)}},
+                           "[-b BYTES[K|M|G]] [-r REPEATS] [-w WARMUPS] [-v VERIFY_BYTES]")) {
+    return bench::kFailureExit;
   }
   // Every size a multiple of 16 bytes, so that every kernel has whole float32/bfloat16 elements.
   for (size_t& s : sizes) s = std::max<size_t>(16, s / 16 * 16);
 
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device: nothing to measure\n");
-    return 0;
-  }
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d repetitions after %d warm-up calls, median times\n\n", prop.name,
-              repeats, warmups);
+  if (!bench::haveDevice()) return 0;
+  std::printf("device: %s, %d repetitions after %d warm-up calls, median times\n\n",
+              bench::deviceName().c_str(), repeats, warmups);
 
   const size_t maxBytes = *std::max_element(sizes.begin(), sizes.end());
   const size_t minBytes = *std::min_element(sizes.begin(), sizes.end());
   const size_t maxN32 = maxBytes / 4;
   cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   void* const onStream = stream;  // the cudaStream_t as the kernels take it
 
   // Inputs at the largest size (smaller sizes use their first elements): 8 float32 and 8
@@ -253,7 +187,7 @@ int main(int argc, char** argv) {
   uint8_t* keys = deviceAlloc(maxN32);
   std::vector<int64_t*> pieces(4);
   for (int64_t*& piece : pieces) piece = deviceAlloc<int64_t>(maxN32 * sizeof(int64_t));
-  CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<Row> rows;
   bool anyWrong = false;
@@ -261,17 +195,18 @@ int main(int argc, char** argv) {
     const size_t n32 = bytes / 4, n16 = bytes / 2;
     const double s = static_cast<double>(bytes);
     const bool verify = bytes <= verifyBytes || bytes == minBytes;
-    auto time = [&](const std::function<void()>& run) {
-      return medianUs(run, stream, repeats, warmups);
+    auto time = [&](const std::function<void()>& run) {  // microseconds
+      return 1000.0 * bench::medianMs(run, stream, repeats, warmups);
     };
     const std::vector<const void*> f32In(f32.begin(), f32.end()), bf16In(bf16.begin(), bf16.end());
     const std::vector<const int64_t*> pieceIn(pieces.begin(), pieces.end());
 
-    const double copyUs = time(
-        [&] { CHECK(cudaMemcpyAsync(copy, f32[0], bytes, cudaMemcpyDeviceToDevice, stream)); });
+    const double copyUs = time([&] {
+      CUDA_CHECK(cudaMemcpyAsync(copy, f32[0], bytes, cudaMemcpyDeviceToDevice, stream));
+    });
     long copyWrong = -1;
     if (verify) {
-      CHECK(cudaStreamSynchronize(stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
       copyWrong = wrongElements(download(copy, bytes), download(f32[0], bytes), 1);
     }
     rows.push_back({bytes, "copy (peer)", "bytes", 0, 2 * s, copyUs, copyUs, false, copyWrong});
@@ -299,7 +234,7 @@ int main(int argc, char** argv) {
           detcoll::kernels::foldRankOrder(want.data(),
                                           pointersOf(isF32 ? hostF32 : hostBf16, p).data(), p, n,
                                           type, ReduceOp::kSum, 1);
-          CHECK(cudaStreamSynchronize(stream));
+          CUDA_CHECK(cudaStreamSynchronize(stream));
           wrong = wrongElements(download(out, bytes), want, isF32 ? 4 : 2);
         }
         rows.push_back({bytes, "fold", isF32 ? "float32" : "bfloat16", p, (p + 1) * s, us, copyUs,
@@ -318,7 +253,7 @@ int main(int argc, char** argv) {
         hostKeys.resize(n32);
         detcoll::kernels::localMaxKeys(hostKeys.data(), pointersOf(hostF32, 4).data(), 4, 0, n32,
                                        DataType::kFloat32);
-        CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         wrong = wrongElements(download(keys, n32), hostKeys, 1);
       }
       rows.push_back({bytes, "keys", "float32", 4, 4 * s + n32, us, copyUs, false, wrong});
@@ -337,7 +272,7 @@ int main(int argc, char** argv) {
       if (verify) {
         // The data has no inf or NaN, so the encodings are the CPU's exactly.
         wrong = 0;
-        CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         for (int j = 0; j < 4; ++j) {
           hostPieces.emplace_back(n32);
           const void* leaf = hostF32[j].data();
@@ -362,7 +297,7 @@ int main(int argc, char** argv) {
         std::vector<uint8_t> want(bytes);
         detcoll::kernels::decodeSums(want.data(), hostPieceIn.data(), 4, hostKeys.data(), n32,
                                      DataType::kFloat32, ReduceOp::kSum, 4);
-        CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         wrong = wrongElements(download(out, bytes), want, 4);
       }
       rows.push_back(
@@ -377,7 +312,7 @@ int main(int argc, char** argv) {
         std::vector<uint8_t> want(bytes);
         detcoll::kernels::invariantReduceLocal(want.data(), pointersOf(hostF32, 4).data(), 4, n32,
                                                DataType::kFloat32, ReduceOp::kSum);
-        CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         wrong = wrongElements(download(out, bytes), want, 4);
       }
       rows.push_back(
@@ -424,12 +359,12 @@ int main(int argc, char** argv) {
       "size); %s\n",
       anyWrong ? "SOME RESULTS ARE WRONG" : "none wrong");
 
-  for (void* p : f32) CHECK(cudaFree(p));
-  for (void* p : bf16) CHECK(cudaFree(p));
-  for (int64_t* p : pieces) CHECK(cudaFree(p));
-  CHECK(cudaFree(out));
-  CHECK(cudaFree(copy));
-  CHECK(cudaFree(keys));
-  CHECK(cudaStreamDestroy(stream));
+  for (void* p : f32) CUDA_CHECK(cudaFree(p));
+  for (void* p : bf16) CUDA_CHECK(cudaFree(p));
+  for (int64_t* p : pieces) CUDA_CHECK(cudaFree(p));
+  CUDA_CHECK(cudaFree(out));
+  CUDA_CHECK(cudaFree(copy));
+  CUDA_CHECK(cudaFree(keys));
+  CUDA_CHECK(cudaStreamDestroy(stream));
   return anyWrong ? 1 : 0;
 }

@@ -22,11 +22,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective/device_allreduce.h"
@@ -41,6 +40,7 @@
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/simulated_ranks.h"
 #include "tests/support/reference.h"
+#include "tests/support/wide_bits.h"
 
 #if defined(DETCOLL_GPU_TEST_NCCL) && DETCOLL_GPU_TEST_NCCL
 #include "collective/nccl_transport.h"
@@ -51,6 +51,7 @@ namespace {
 
 using testing::Buffer;
 using testing::isFloatType;
+using testing::kSentinel;
 using testing::pointersOf;
 using testing::sameBits;
 
@@ -68,6 +69,16 @@ struct Case {
   bool inPlace = false;     // recv is the rank's first leaf
   bool misaligned = false;  // every buffer one element past a 16-byte boundary
   bool specials = false;    // inf and NaN among the leaves
+
+  Case() = default;
+  Case(Mode mode_, DataType type_, ReduceOp op_, std::vector<int> spread_, size_t count_,
+       size_t segmentBytes_)
+      : mode(mode_),
+        type(type_),
+        op(op_),
+        spread(std::move(spread_)),
+        count(count_),
+        segmentBytes(segmentBytes_) {}
 
   int ranks() const { return static_cast<int>(spread.size()); }
   int totalLeaves() const { return std::accumulate(spread.begin(), spread.end(), 0); }
@@ -135,7 +146,6 @@ struct RankResult {
 };
 
 constexpr size_t kGuard = 256;
-constexpr uint8_t kSentinel = 0xa5;
 
 // Runs the case's call on one rank over `transport`, on `stream`: the rank's leaves uploaded to
 // device buffers between guard bytes, recv a buffer of its own or the first leaf.
@@ -271,6 +281,11 @@ std::vector<int> unevenSpread(int p) {
   }
 }
 
+// One leaf per rank, or the uneven spread over p ranks.
+std::vector<int> spreadOf(int p, bool severalLeaves) {
+  return severalLeaves ? unevenSpread(p) : std::vector<int>(p, 1);
+}
+
 // The grid of a mode over world sizes, dtypes, ops and counts; the segment, in-place, alignment
 // and inf/NaN choices rotate over it, so that each meets every dtype, op and world size.
 void checkGrid(Mode mode, bool severalLeaves, const std::vector<size_t>& counts) {
@@ -281,13 +296,7 @@ void checkGrid(Mode mode, bool severalLeaves, const std::vector<size_t>& counts)
       for (ReduceOp op : testing::kAllOps) {
         for (size_t count : counts) {
           ++turn;
-          Case c;
-          c.mode = mode;
-          c.type = type;
-          c.op = op;
-          c.spread = severalLeaves ? unevenSpread(p) : std::vector<int>(p, 1);
-          c.count = count;
-          c.segmentBytes = turn % 2 ? 256 : 4096;
+          Case c(mode, type, op, spreadOf(p, severalLeaves), count, turn % 2 ? 256 : 4096);
           c.inPlace = turn % 3 == 1;
           c.misaligned = turn % 5 == 2;
           c.specials = isFloatType(type) && mode != Mode::kNative && turn % 4 != 0;
@@ -298,47 +307,44 @@ void checkGrid(Mode mode, bool severalLeaves, const std::vector<size_t>& counts)
   }
 }
 
-TEST(AllreduceGpu, OrderedOneLeafPerRankIsTheRankOrderFold) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+// Every test of the pipeline needs a device: skipped, saying so, without one.
+class AllreduceGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline and its transports are");
+  }
+};
+
+TEST_F(AllreduceGpu, OrderedOneLeafPerRankIsTheRankOrderFold) {
   checkGrid(Mode::kOrdered, false, {1, 7, 1000, 20011});
 }
 
-TEST(AllreduceGpu, OrderedSeveralLeavesPerRankFoldsThemFirst) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, OrderedSeveralLeavesPerRankFoldsThemFirst) {
   checkGrid(Mode::kOrdered, true, {1, 9, 1000, 20011});
 }
 
-TEST(AllreduceGpu, InvariantOneLeafPerRankIsTheExactReduction) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, InvariantOneLeafPerRankIsTheExactReduction) {
   checkGrid(Mode::kInvariant, false, {1, 7, 1000, 20011});
 }
 
-TEST(AllreduceGpu, InvariantSeveralLeavesPerRankIsTheExactReduction) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, InvariantSeveralLeavesPerRankIsTheExactReduction) {
   checkGrid(Mode::kInvariant, true, {1, 9, 1000, 20011});
 }
 
-TEST(AllreduceGpu, NativeSumsOfIntegerValuesAreExact) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, NativeSumsOfIntegerValuesAreExact) {
   checkGrid(Mode::kNative, false, {1, 1000});
   checkGrid(Mode::kNative, true, {7, 20011});
 }
 
 // Large buffers with the default segment (rounds of several MiB) and a mid-sized one.
-TEST(AllreduceGpu, LargeBuffersWithLargeSegments) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, LargeBuffersWithLargeSegments) {
   uint64_t seed = 700000;
   for (Mode mode : {Mode::kOrdered, Mode::kInvariant}) {
     for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64}) {
       for (int p : {3, 4}) {
         for (bool several : {false, true}) {
-          Case c;
-          c.mode = mode;
-          c.type = type;
-          c.op = p == 3 ? ReduceOp::kSum : ReduceOp::kAverage;
-          c.spread = several ? unevenSpread(p) : std::vector<int>(p, 1);
-          c.count = kLarge;
-          c.segmentBytes = several ? size_t{1} << 16 : collective::kDeviceSegmentBytes;
+          Case c(mode, type, p == 3 ? ReduceOp::kSum : ReduceOp::kAverage, spreadOf(p, several),
+                 kLarge, several ? size_t{1} << 16 : collective::kDeviceSegmentBytes);
           c.inPlace = several;
           c.specials = true;
           ASSERT_TRUE(check(c, ++seed)) << c.name();
@@ -350,8 +356,7 @@ TEST(AllreduceGpu, LargeBuffersWithLargeSegments) {
 
 // The invariant mode's bits depend on the multiset of leaves only: the same 8 leaves spread over
 // 1 to 8 ranks, in any order, give one result (and it is the CPU's).
-TEST(AllreduceGpu, InvariantBitsIndependentOfWorldSizeAndSpread) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, InvariantBitsIndependentOfWorldSizeAndSpread) {
   const std::vector<std::vector<int>> spreads = {
       {8}, {4, 4}, {3, 3, 2}, {2, 2, 2, 2}, {1, 2, 1, 3, 1}, {5, 1, 2}, {1, 1, 1, 1, 1, 1, 1, 1}};
   uint64_t seed = 800000;
@@ -359,13 +364,8 @@ TEST(AllreduceGpu, InvariantBitsIndependentOfWorldSizeAndSpread) {
     for (ReduceOp op : testing::kAllOps) {
       for (bool specials : {false, true}) {
         if (specials && !isFloatType(type)) continue;
-        Case base;
-        base.mode = Mode::kInvariant;
-        base.type = type;
-        base.op = op;
-        base.count = 4099;
+        Case base(Mode::kInvariant, type, op, spreads[0], 4099, collective::kDeviceSegmentBytes);
         base.specials = specials;
-        base.spread = spreads[0];
         std::vector<Buffer> leaves = leavesFor(base, ++seed);
         const Buffer want = reference(base, leaves);
         Buffer first;
@@ -390,21 +390,14 @@ TEST(AllreduceGpu, InvariantBitsIndependentOfWorldSizeAndSpread) {
 
 // The GPU path gives the CPU path's bits: the same leaves through the CPU allreduce of the mode
 // on ranks as threads (collective/thread_communicator.h).
-TEST(AllreduceGpu, MatchesTheCpuPathOverThreadRanks) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, MatchesTheCpuPathOverThreadRanks) {
   uint64_t seed = 900000;
   for (Mode mode : {Mode::kOrdered, Mode::kInvariant}) {
     for (int p : {3, 4}) {
       for (bool several : {false, true}) {
         for (DataType type : testing::kAllTypes) {
           for (ReduceOp op : testing::kAllOps) {
-            Case c;
-            c.mode = mode;
-            c.type = type;
-            c.op = op;
-            c.spread = several ? unevenSpread(p) : std::vector<int>(p, 1);
-            c.count = 3001;
-            c.segmentBytes = 1024;
+            Case c(mode, type, op, spreadOf(p, several), 3001, 1024);
             c.specials = isFloatType(type);
             const std::vector<Buffer> leaves = leavesFor(c, ++seed);
             const size_t es = dataTypeSize(type);
@@ -444,16 +437,9 @@ TEST(AllreduceGpu, MatchesTheCpuPathOverThreadRanks) {
 
 // The transport's calls: one exchange per pipeline round plus the last allgather, the same
 // number on every rank; native uses the backend's allreduce once and no exchange.
-TEST(AllreduceGpu, EveryRankRunsTheSameTransportCalls) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce pipeline is");
+TEST_F(AllreduceGpu, EveryRankRunsTheSameTransportCalls) {
   for (Mode mode : {Mode::kNative, Mode::kOrdered, Mode::kInvariant}) {
-    Case c;
-    c.mode = mode;
-    c.type = DataType::kFloat32;
-    c.op = ReduceOp::kAverage;
-    c.spread = unevenSpread(5);
-    c.count = 10000;
-    c.segmentBytes = 4096;
+    const Case c(mode, DataType::kFloat32, ReduceOp::kAverage, unevenSpread(5), 10000, 4096);
     const std::vector<Buffer> leaves = leavesFor(c, 31);
     std::vector<int> exchanges(c.ranks()), natives(c.ranks());
     std::vector<RankResult> results(c.ranks());
@@ -492,8 +478,7 @@ std::unique_ptr<collective::NcclTransport> singleRankNccl() {
 }
 
 // Every mode over an NCCL communicator of one rank: the CPU reference's bits.
-TEST(AllreduceGpu, NcclSingleRankMatchesCpuReference) {
-  DETCOLL_SKIP_WITHOUT_GPU("the NCCL allreduce is");
+TEST_F(AllreduceGpu, NcclSingleRankMatchesCpuReference) {
   const std::unique_ptr<collective::NcclTransport> nccl = singleRankNccl();
   ASSERT_NE(nccl, nullptr);
   EXPECT_EQ(nccl->rank(), 0);
@@ -505,13 +490,8 @@ TEST(AllreduceGpu, NcclSingleRankMatchesCpuReference) {
     for (DataType type : testing::kAllTypes) {
       for (ReduceOp op : testing::kAllOps) {
         for (int leaves : {1, 3}) {
-          Case c;
-          c.mode = mode;
-          c.type = type;
-          c.op = op;
-          c.spread = {leaves};
-          c.count = 5003;
-          c.segmentBytes = leaves == 1 ? 4096 : collective::kDeviceSegmentBytes;
+          Case c(mode, type, op, {leaves}, 5003,
+                 leaves == 1 ? 4096 : collective::kDeviceSegmentBytes);
           c.inPlace = leaves == 3;
           c.specials = isFloatType(type) && mode != Mode::kNative;
           const std::vector<Buffer> data = leavesFor(c, ++seed);
@@ -525,8 +505,7 @@ TEST(AllreduceGpu, NcclSingleRankMatchesCpuReference) {
 }
 
 // Broadcast and allgather at one rank copy: the root's bytes stay, the gather is the send.
-TEST(AllreduceGpu, NcclSingleRankBroadcastAndAllgatherCopy) {
-  DETCOLL_SKIP_WITHOUT_GPU("the NCCL collectives are");
+TEST_F(AllreduceGpu, NcclSingleRankBroadcastAndAllgatherCopy) {
   const std::unique_ptr<collective::NcclTransport> nccl = singleRankNccl();
   ASSERT_NE(nccl, nullptr);
   cudaStream_t stream = nullptr;

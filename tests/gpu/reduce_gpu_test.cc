@@ -10,9 +10,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,67 +24,36 @@
 #include "kernels/reduce_device.h"
 #include "tests/gpu/device_buffers.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/support/codec_reference.h"
 #include "tests/support/reference.h"
+#include "tests/support/wide_bits.h"
 
 namespace detcoll {
 namespace {
 
 using testing::Buffer;
+using testing::cpuKeys;
 using testing::DeviceSlab;
+using testing::Expected;
 using testing::isFloatType;
+using testing::Layout;
+using testing::layoutName;
 using testing::pointersOf;
 using testing::sameBits;
-using testing::sameValues;
+using testing::shiftOf;
 using testing::wideLeaves;
 
-constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                    DataType::kBFloat16};
-constexpr int kPieces[] = {1, 2, 3, 5, 8};
 // Vector tails of every length (16 bytes hold 2 to 8 elements), and many blocks.
 constexpr size_t kLarge = (size_t{1} << 20) + 3;
 constexpr size_t kCounts[] = {1, 7, 8, 9, 1000, kLarge};
 // The count-1 pieces of an element of kLarge inputs are too slow to draw for every piece count.
-bool drawn(size_t count, int k) {
+bool drawn(int k, size_t count) {
   return count < kLarge || k == 1 || k == 3 || k == 8;
 }
 
-// Where the buffers of a call lie: every one 16-byte aligned (the vector path), every one an
-// element off, or only the first input (or the output) off: then each call takes the scalar path.
-enum class Layout { kAligned, kAllShifted, kFirstInShifted, kOutShifted };
-constexpr Layout kLayouts[] = {Layout::kAligned, Layout::kAllShifted, Layout::kFirstInShifted,
-                               Layout::kOutShifted};
-
 std::vector<Layout> layoutsFor(size_t count) {
   if (count >= kLarge) return {Layout::kAligned, Layout::kAllShifted};
-  return {std::begin(kLayouts), std::end(kLayouts)};
-}
-
-std::string layoutName(Layout layout) {
-  switch (layout) {
-    case Layout::kAligned:
-      return "aligned";
-    case Layout::kAllShifted:
-      return "all shifted by one element";
-    case Layout::kFirstInShifted:
-      return "first input shifted";
-    case Layout::kOutShifted:
-      return "output shifted";
-  }
-  return "?";
-}
-
-size_t shiftOf(Layout layout, bool isOut, size_t index, size_t es) {
-  switch (layout) {
-    case Layout::kAligned:
-      return 0;
-    case Layout::kAllShifted:
-      return es;
-    case Layout::kFirstInShifted:
-      return !isOut && index == 0 ? es : 0;
-    case Layout::kOutShifted:
-      return isOut ? es : 0;
-  }
-  return 0;
+  return {std::begin(testing::kLayouts), std::end(testing::kLayouts)};
 }
 
 std::string describe(DataType type, const std::string& what, int k, size_t count, bool specials) {
@@ -140,196 +109,139 @@ class DeviceSet {
   return ::testing::AssertionSuccess();
 }
 
-uint32_t keyAt(const Buffer& keys, size_t i, size_t kb) {
-  uint32_t k = 0;
-  std::memcpy(&k, keys.data() + i * kb, kb);
-  return k;
+// A device kernel call on the default stream: writes `out` from the device inputs `in`.
+using DeviceCall = std::function<Status(void* out, const void* const* in)>;
+
+// Runs `call` on device copies of `inputs` (elements of es bytes) laid out as `layout`, into an
+// output of its own (inPlace < 0) or over input inPlace, and checks that it ran, that the output
+// holds what `expected` says, that nothing was written around the output and that the other
+// inputs are unchanged.
+::testing::AssertionResult deviceGives(const std::vector<Buffer>& inputs, size_t es, Layout layout,
+                                       int inPlace, const Expected& expected,
+                                       const DeviceCall& call) {
+  const size_t outEs = expected.elementBytes();
+  DeviceSet in(inputs, layout, es);
+  DeviceSlab separate(inPlace >= 0 ? 0 : expected.count * outEs, shiftOf(layout, true, 0, outEs));
+  DeviceSlab& out = inPlace >= 0 ? in[inPlace] : separate;
+  ::testing::AssertionResult step = in.ok();
+  if (step && !out.ok()) step = ::testing::AssertionFailure() << out.error();
+  if (step) step = ran(call(out.data(), in.pointers().data()));
+  Buffer got;
+  if (step) got = out.contents();
+  if (step && !out.ok()) step = ::testing::AssertionFailure() << out.error();
+  if (step) step = expected.heldBy(got.data());
+  if (step) step = out.guardsIntact();
+  if (step) step = in.unchanged(inputs, inPlace);
+  return step;
 }
 
-// The CPU keys of all leaves (a 1-byte placeholder for integers, which have none).
-Buffer cpuKeys(const std::vector<Buffer>& leaves, size_t count, DataType type) {
-  const size_t kb = kernels::exponentKeyBytes(type);
-  Buffer keys(std::max<size_t>(count * kb, 1));
-  if (kb > 0) {
-    kernels::localMaxKeys(keys.data(), pointersOf(leaves).data(), static_cast<int>(leaves.size()),
-                          0, count, type);
-  }
-  return keys;
+// Every piece count and count (the large one with some piece counts only), with and without inf
+// and NaN (the float dtypes only).
+void forEachDraw(DataType type,
+                 const std::function<void(int k, size_t count, bool specials)>& draw) {
+  testing::forEachDraw(type, testing::kPieceCounts, kCounts, drawn, draw);
 }
 
-// What the device encoding of `group` on `keys` must be: the CPU encoding, except that where the
-// key is the non-finite key the element holds the group's +inf, -inf and NaN counts, packed.
-std::vector<int64_t> expectedEncoding(const std::vector<Buffer>& group, const Buffer& keys,
-                                      size_t count, DataType type, size_t* specialElements) {
-  std::vector<int64_t> want(count);
-  const int n = static_cast<int>(group.size());
-  kernels::encodeLeaves(want.data(), pointersOf(group).data(), n, keys.data(), 0, count, type);
-  if (!isFloatType(type)) return want;
-  const size_t kb = kernels::exponentKeyBytes(type);
-  const uint32_t special = kernels::nonFiniteKey(type);
-  std::vector<int64_t> counts(3 * kernels::countNonFiniteKeys(keys.data(), count, type), 0);
-  kernels::countNonFinite(counts.data(), pointersOf(group).data(), n, keys.data(), count, type);
-  constexpr int kBits = 21;
-  size_t k = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (keyAt(keys, i, kb) != special) continue;
-    EXPECT_EQ(want[i], 0) << "the CPU encodes a non-finite element as 0, element " << i;
-    const int64_t* c = &counts[3 * k++];
-    want[i] = c[0] | (c[1] << kBits) | (c[2] << (2 * kBits));
-  }
-  *specialElements += k;
-  return want;
-}
-
-Buffer bytesOf(const std::vector<int64_t>& v) {
-  Buffer b(v.size() * sizeof(int64_t));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
+// Every test of the kernels needs a device: skipped, saying so, without one.
+class ReduceGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are"); }
+};
 
 // ---- the rank-order fold ----------------------------------------------------------------------
 
-void checkFold(DataType type) {
-  const size_t es = dataTypeSize(type);
-  uint64_t seed = static_cast<uint64_t>(type) * 1000;
-  for (int k : kPieces) {
-    for (size_t count : kCounts) {
-      if (!drawn(count, k)) continue;
-      for (bool specials : {false, true}) {
-        if (specials && !isFloatType(type)) continue;
-        const std::vector<Buffer> leaves = wideLeaves(type, k, count, ++seed, specials);
-        for (Layout layout : layoutsFor(count)) {
-          DeviceSet in(leaves, layout, es);
-          ASSERT_TRUE(in.ok());
-          for (ReduceOp op : testing::kAllOps) {
-            // Average divides by the piece count, or by another number (the leaves of the ranks).
-            const int64_t divisor = op != ReduceOp::kAverage ? 1 : (seed % 2 ? k : 7);
-            SCOPED_TRACE(describe(type, "fold " + reduceOpName(op), k, count, specials) +
-                         " divisor=" + std::to_string(divisor) + " " + layoutName(layout));
-            Buffer want(count * es);
-            kernels::foldRankOrder(want.data(), pointersOf(leaves).data(), k, count, type, op,
-                                   divisor);
-            DeviceSlab out(count * es, shiftOf(layout, true, 0, es));
-            ASSERT_TRUE(out.ok()) << out.error();
-            ASSERT_TRUE(ran(kernels::device::foldRankOrder(out.data(), in.pointers().data(), k,
-                                                           count, type, op, divisor, nullptr)));
-            const Buffer got = out.contents();
-            ASSERT_TRUE(out.ok()) << out.error();
-            ASSERT_TRUE(sameBits(got.data(), want.data(), count, type));
-            ASSERT_TRUE(out.guardsIntact());
-          }
-          ASSERT_TRUE(in.unchanged(leaves));
-        }
-        // In place over the first and the last input.
-        for (int j : k == 1 ? std::vector<int>{0} : std::vector<int>{0, k - 1}) {
-          for (ReduceOp op : testing::kAllOps) {
-            const int64_t divisor = op == ReduceOp::kAverage ? 3 : 1;
-            const Layout layout = j == 0 ? Layout::kAligned : Layout::kAllShifted;
-            SCOPED_TRACE(describe(type, "fold " + reduceOpName(op), k, count, specials) +
-                         " in place over input " + std::to_string(j) + " " + layoutName(layout));
-            Buffer want(count * es);
-            kernels::foldRankOrder(want.data(), pointersOf(leaves).data(), k, count, type, op,
-                                   divisor);
-            DeviceSet in(leaves, layout, es);
-            ASSERT_TRUE(in.ok());
-            ASSERT_TRUE(ran(kernels::device::foldRankOrder(in[j].data(), in.pointers().data(), k,
-                                                           count, type, op, divisor, nullptr)));
-            const Buffer got = in[j].contents();
-            ASSERT_TRUE(sameBits(got.data(), want.data(), count, type));
-            ASSERT_TRUE(in[j].guardsIntact());
-            ASSERT_TRUE(in.unchanged(leaves, j));
-          }
-        }
-      }
-    }
-  }
+Buffer cpuFold(const std::vector<Buffer>& leaves, size_t count, DataType type, ReduceOp op,
+               int64_t divisor) {
+  Buffer want(count * dataTypeSize(type));
+  kernels::foldRankOrder(want.data(), pointersOf(leaves).data(), static_cast<int>(leaves.size()),
+                         count, type, op, divisor);
+  return want;
 }
 
-TEST(ReduceGpu, FoldRankOrderMatchesCpu) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are");
+DeviceCall deviceFold(int k, size_t count, DataType type, ReduceOp op, int64_t divisor) {
+  return [=](void* out, const void* const* in) {
+    return kernels::device::foldRankOrder(out, in, k, count, type, op, divisor, nullptr);
+  };
+}
+
+TEST_F(ReduceGpu, FoldRankOrderMatchesCpu) {
   for (DataType type : testing::kAllTypes) {
-    SCOPED_TRACE(dataTypeName(type));
-    ASSERT_NO_FATAL_FAILURE(checkFold(type));
+    const size_t es = dataTypeSize(type);
+    uint64_t seed = static_cast<uint64_t>(type) * 1000;
+    forEachDraw(type, [&](int k, size_t count, bool specials) {
+      const std::vector<Buffer> leaves = wideLeaves(type, k, count, ++seed, specials);
+      for (Layout layout : layoutsFor(count)) {
+        for (ReduceOp op : testing::kAllOps) {
+          // Average divides by the piece count, or by another number (the leaves of the ranks).
+          const int64_t divisor = op != ReduceOp::kAverage ? 1 : (seed % 2 ? k : 7);
+          const Buffer want = cpuFold(leaves, count, type, op, divisor);
+          ASSERT_TRUE(deviceGives(leaves, es, layout, -1, {want, count, type},
+                                  deviceFold(k, count, type, op, divisor)))
+              << describe(type, "fold " + reduceOpName(op), k, count, specials)
+              << " divisor=" << divisor << " " << layoutName(layout);
+        }
+      }
+      // In place over the first and the last input.
+      for (int j : k == 1 ? std::vector<int>{0} : std::vector<int>{0, k - 1}) {
+        for (ReduceOp op : testing::kAllOps) {
+          const int64_t divisor = op == ReduceOp::kAverage ? 3 : 1;
+          const Layout layout = j == 0 ? Layout::kAligned : Layout::kAllShifted;
+          const Buffer want = cpuFold(leaves, count, type, op, divisor);
+          ASSERT_TRUE(deviceGives(leaves, es, layout, j, {want, count, type},
+                                  deviceFold(k, count, type, op, divisor)))
+              << describe(type, "fold " + reduceOpName(op), k, count, specials)
+              << " in place over input " << j << " " << layoutName(layout);
+        }
+      }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 
 // ---- exponent keys ----------------------------------------------------------------------------
 
-TEST(ReduceGpu, LocalMaxKeysMatchCpu) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are");
-  for (DataType type : kFloatTypes) {
+TEST_F(ReduceGpu, LocalMaxKeysMatchCpu) {
+  for (DataType type : testing::kFloatTypes) {
     const size_t es = dataTypeSize(type);
     const size_t kb = kernels::exponentKeyBytes(type);
     uint64_t seed = 5000 + static_cast<uint64_t>(type) * 1000;
-    for (int k : kPieces) {
-      for (size_t count : kCounts) {
-        if (!drawn(count, k)) continue;
-        for (bool specials : {false, true}) {
-          const std::vector<Buffer> leaves = wideLeaves(type, k, count, ++seed, specials);
-          const Buffer want = cpuKeys(leaves, count, type);
-          for (Layout layout : layoutsFor(count)) {
-            SCOPED_TRACE(describe(type, "keys", k, count, specials) + " " + layoutName(layout));
-            DeviceSet in(leaves, layout, es);
-            ASSERT_TRUE(in.ok());
-            // Keys are written one by one: an address one key off will do.
-            DeviceSlab keys(count * kb, shiftOf(layout, true, 0, kb));
-            ASSERT_TRUE(keys.ok()) << keys.error();
-            ASSERT_TRUE(ran(kernels::device::localMaxKeys(keys.data(), in.pointers().data(), k,
-                                                          count, type, nullptr)));
-            const Buffer got = keys.contents();
-            if (kb == 1) {
-              ASSERT_TRUE(sameValues(got.data(), want.data(), count, "key"));
-            } else {
-              std::vector<uint16_t> g(count), w(count);
-              std::memcpy(g.data(), got.data(), count * 2);
-              std::memcpy(w.data(), want.data(), count * 2);
-              ASSERT_TRUE(sameValues(g.data(), w.data(), count, "key"));
-            }
-            ASSERT_TRUE(keys.guardsIntact());
-            ASSERT_TRUE(in.unchanged(leaves));
-          }
-        }
+    forEachDraw(type, [&](int k, size_t count, bool specials) {
+      const std::vector<Buffer> leaves = wideLeaves(type, k, count, ++seed, specials);
+      const Buffer want = cpuKeys(leaves, count, type);
+      const DeviceCall keys = [&](void* out, const void* const* in) {
+        return kernels::device::localMaxKeys(out, in, k, count, type, nullptr);
+      };
+      // Keys are written one by one: an output one key off will do.
+      for (Layout layout : layoutsFor(count)) {
+        ASSERT_TRUE(deviceGives(leaves, es, layout, -1, {want, count, type, kb}, keys))
+            << describe(type, "keys", k, count, specials) << " " << layoutName(layout);
       }
-    }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 
-TEST(ReduceGpu, FoldMaxKeysMatchCpu) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are");
-  for (DataType type : kFloatTypes) {
+TEST_F(ReduceGpu, FoldMaxKeysMatchCpu) {
+  for (DataType type : testing::kFloatTypes) {
     const size_t kb = kernels::exponentKeyBytes(type);
     const uint32_t special = kernels::nonFiniteKey(type);
     uint64_t seed = 9000 + static_cast<uint64_t>(type) * 1000;
-    for (int p : kPieces) {
+    for (int p : testing::kPieceCounts) {
       for (size_t count : kCounts) {
         // Random keys of every value, many zeros and some non-finite keys.
-        std::mt19937_64 g(++seed);
-        std::vector<Buffer> pieces(p, Buffer(count * kb));
-        for (Buffer& piece : pieces) {
-          for (size_t i = 0; i < count; ++i) {
-            const uint64_t u = g() % 100;
-            const uint64_t key = u < 15 ? 0 : u < 20 ? special : g() % (special + 1);
-            std::memcpy(piece.data() + i * kb, &key, kb);
-          }
-        }
+        const std::vector<Buffer> pieces = testing::randomKeys(p, count, kb, special, ++seed);
         Buffer want(count * kb);
         kernels::foldMaxKeys(want.data(), pointersOf(pieces).data(), p, count, type);
+        const DeviceCall keyMax = [&](void* out, const void* const* in) {
+          return kernels::device::foldMaxKeys(out, in, p, count, type, nullptr);
+        };
+        // The first piece one key off (keys are read one by one, at their own alignment).
         for (int inPlace : {-1, 0, p - 1}) {
-          SCOPED_TRACE(
-              describe(type, "key max", p, count, false) +
-              (inPlace >= 0 ? " in place over piece " + std::to_string(inPlace) : " out of place"));
-          // The first piece one key off (keys are read one by one, at their own alignment).
-          DeviceSet in(pieces, Layout::kFirstInShifted, kb);
-          DeviceSlab separate(count * kb, 0);
-          ASSERT_TRUE(in.ok());
-          ASSERT_TRUE(separate.ok()) << separate.error();
-          DeviceSlab& out = inPlace >= 0 ? in[inPlace] : separate;
-          ASSERT_TRUE(ran(kernels::device::foldMaxKeys(out.data(), in.pointers().data(), p, count,
-                                                       type, nullptr)));
-          const Buffer got = out.contents();
-          ASSERT_TRUE(sameValues(got.data(), want.data(), count * kb, "key byte"));
-          ASSERT_TRUE(out.guardsIntact());
-          ASSERT_TRUE(in.unchanged(pieces, inPlace));
+          ASSERT_TRUE(deviceGives(pieces, kb, Layout::kFirstInShifted, inPlace,
+                                  {want, count, type, kb}, keyMax))
+              << describe(type, "key max", p, count, false)
+              << (inPlace >= 0 ? " in place over piece " + std::to_string(inPlace)
+                               : " out of place");
         }
       }
     }
@@ -338,193 +250,119 @@ TEST(ReduceGpu, FoldMaxKeysMatchCpu) {
 
 // ---- encodings and their decoding -------------------------------------------------------------
 
-TEST(ReduceGpu, EncodeLeavesMatchesCpuAndCarriesNonFiniteCounts) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are");
+TEST_F(ReduceGpu, EncodeLeavesMatchesCpuAndCarriesNonFiniteCounts) {
   for (DataType type : testing::kAllTypes) {
     const size_t es = dataTypeSize(type);
     const size_t kb = kernels::exponentKeyBytes(type);
     size_t specialElements = 0;
     uint64_t seed = 13000 + static_cast<uint64_t>(type) * 1000;
-    for (int total : kPieces) {
-      for (size_t count : kCounts) {
-        if (!drawn(count, total)) continue;
-        for (bool specials : {false, true}) {
-          if (specials && !isFloatType(type)) continue;
-          // The keys are those of every leaf (as after the key allreduce); the group is some of
-          // the leaves (one rank's).
-          const std::vector<Buffer> all = wideLeaves(type, total, count, ++seed, specials);
-          const Buffer keys = cpuKeys(all, count, type);
-          DeviceSlab deviceKeys(keys, 0);
-          ASSERT_TRUE(deviceKeys.ok()) << deviceKeys.error();
-          for (int groupSize : {total, (total + 1) / 2}) {
-            const std::vector<Buffer> group(all.begin(), all.begin() + groupSize);
-            const std::vector<int64_t> want =
-                expectedEncoding(group, keys, count, type, &specialElements);
-            for (Layout layout : layoutsFor(count)) {
-              SCOPED_TRACE(describe(type, "encode", groupSize, count, specials) + " of " +
-                           std::to_string(total) + " leaves, " + layoutName(layout));
-              DeviceSet in(group, layout, es);
-              DeviceSlab out(count * sizeof(int64_t), shiftOf(layout, true, 0, sizeof(int64_t)));
-              ASSERT_TRUE(in.ok());
-              ASSERT_TRUE(out.ok()) << out.error();
-              ASSERT_TRUE(ran(kernels::device::encodeLeaves(
-                  static_cast<int64_t*>(out.data()), in.pointers().data(), groupSize,
-                  kb > 0 ? deviceKeys.data() : nullptr, count, type, nullptr)));
-              const Buffer bytes = out.contents();
-              std::vector<int64_t> got(count);
-              std::memcpy(got.data(), bytes.data(), bytes.size());
-              ASSERT_TRUE(sameValues(got.data(), want.data(), count, "encoding"));
-              ASSERT_TRUE(out.guardsIntact());
-              ASSERT_TRUE(in.unchanged(group));
-            }
-          }
+    forEachDraw(type, [&](int total, size_t count, bool specials) {
+      // The keys are those of every leaf (as after the key allreduce); the group is some of the
+      // leaves (one rank's).
+      const std::vector<Buffer> all = wideLeaves(type, total, count, ++seed, specials);
+      const Buffer keys = cpuKeys(all, count, type);
+      DeviceSlab deviceKeys(keys, 0);
+      ASSERT_TRUE(deviceKeys.ok()) << deviceKeys.error();
+      for (int groupSize : {total, (total + 1) / 2}) {
+        const std::vector<Buffer> group(all.begin(), all.begin() + groupSize);
+        const Buffer want =
+            testing::bytesOf(testing::expectedEncoding(group, keys, count, type, &specialElements));
+        const DeviceCall encode = [&](void* out, const void* const* in) {
+          return kernels::device::encodeLeaves(static_cast<int64_t*>(out), in, groupSize,
+                                               kb > 0 ? deviceKeys.data() : nullptr, count, type,
+                                               nullptr);
+        };
+        for (Layout layout : layoutsFor(count)) {
+          ASSERT_TRUE(deviceGives(group, es, layout, -1, {want, count, DataType::kInt64}, encode))
+              << describe(type, "encode", groupSize, count, specials) << " of " << total
+              << " leaves, " << layoutName(layout);
         }
       }
-    }
+    });
+    if (HasFatalFailure()) return;
     if (isFloatType(type)) {
       EXPECT_GT(specialElements, 100u) << "the data must exercise the non-finite counts";
     }
   }
 }
 
-TEST(ReduceGpu, DecodeSumsMatchesCpuDecodeAndNonFinite) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are");
+TEST_F(ReduceGpu, DecodeSumsMatchesCpuDecodeAndNonFinite) {
   for (DataType type : testing::kAllTypes) {
-    const size_t es = dataTypeSize(type);
     const size_t kb = kernels::exponentKeyBytes(type);
     uint64_t seed = 17000 + static_cast<uint64_t>(type) * 1000;
-    for (int p : kPieces) {
-      for (size_t count : kCounts) {
-        if (!drawn(count, p)) continue;
-        for (bool specials : {false, true}) {
-          if (specials && !isFloatType(type)) continue;
-          // p pieces, each the CPU encoding of a group of leaves with its non-finite counts in
-          // place (what a rank's device encoding holds): groups of 1 to 3 leaves.
-          std::mt19937_64 g(++seed);
-          const int total = p + static_cast<int>(g() % (2 * p + 1));
-          const std::vector<Buffer> all = wideLeaves(type, total, count, seed, specials);
-          const Buffer keys = cpuKeys(all, count, type);
-          std::vector<int> cuts;  // p nonempty groups: p - 1 distinct inner boundaries
-          for (int i = 1; i < total; ++i) cuts.push_back(i);
-          std::shuffle(cuts.begin(), cuts.end(), g);
-          cuts.resize(p - 1);
-          cuts.push_back(0);
-          cuts.push_back(total);
-          std::sort(cuts.begin(), cuts.end());
-          const std::vector<const void*> allPointers = pointersOf(all);
-          size_t specialElements = 0;
-          std::vector<Buffer> pieces;
-          for (int j = 0; j < p; ++j) {
-            const std::vector<Buffer> group(all.begin() + cuts[j], all.begin() + cuts[j + 1]);
-            pieces.push_back(bytesOf(expectedEncoding(group, keys, count, type, &specialElements)));
-          }
-          DeviceSlab deviceKeys(keys, 0);
-          DeviceSet devicePieces(pieces, Layout::kAligned, sizeof(int64_t));
-          ASSERT_TRUE(deviceKeys.ok()) << deviceKeys.error();
-          ASSERT_TRUE(devicePieces.ok());
-          std::vector<const int64_t*> piecePointers;
-          for (const void* q : devicePieces.pointers()) {
-            piecePointers.push_back(static_cast<const int64_t*>(q));
-          }
-          // The CPU reference decodes the CPU encodings (with 0 at the non-finite elements) and
-          // applies the counts of every leaf.
-          std::vector<std::vector<int64_t>> cpuPieces;
-          for (int j = 0; j < p; ++j) {
-            cpuPieces.emplace_back(count);
-            kernels::encodeLeaves(cpuPieces.back().data(), allPointers.data() + cuts[j],
-                                  cuts[j + 1] - cuts[j], keys.data(), 0, count, type);
-          }
-          std::vector<const int64_t*> cpuPointers;
-          for (const auto& piece : cpuPieces) cpuPointers.push_back(piece.data());
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-            Buffer want(count * es);
-            kernels::decodeSums(want.data(), cpuPointers.data(), p, keys.data(), count, type, op,
-                                total);
-            if (isFloatType(type)) {
-              std::vector<int64_t> counts(3 * kernels::countNonFiniteKeys(keys.data(), count, type),
-                                          0);
-              kernels::countNonFinite(counts.data(), allPointers.data(), total, keys.data(), count,
-                                      type);
-              kernels::applyNonFinite(want.data(), counts.data(), keys.data(), count, type);
-            }
-            for (bool shifted : {false, true}) {
-              SCOPED_TRACE(describe(type, "decode " + reduceOpName(op), p, count, specials) +
-                           " of " + std::to_string(total) + " leaves" +
-                           (shifted ? ", output shifted" : ", output aligned"));
-              DeviceSlab out(count * es, shifted ? es : 0);
-              ASSERT_TRUE(out.ok()) << out.error();
-              ASSERT_TRUE(ran(kernels::device::decodeSums(out.data(), piecePointers.data(), p,
-                                                          kb > 0 ? deviceKeys.data() : nullptr,
-                                                          count, type, op, total, nullptr)));
-              const Buffer got = out.contents();
-              ASSERT_TRUE(sameBits(got.data(), want.data(), count, type));
-              ASSERT_TRUE(out.guardsIntact());
-            }
-          }
-          ASSERT_TRUE(devicePieces.unchanged(pieces));
+    forEachDraw(type, [&](int p, size_t count, bool specials) {
+      // p pieces, each the CPU encoding of a group of leaves with its non-finite counts in place
+      // (what a rank's device encoding holds): groups of 1 to 3 leaves.
+      std::mt19937_64 g(++seed);
+      const int total = p + static_cast<int>(g() % (2 * p + 1));
+      const std::vector<Buffer> all = wideLeaves(type, total, count, seed, specials);
+      const Buffer keys = cpuKeys(all, count, type);
+      const std::vector<int> cuts = testing::groupBoundaries(total, p, g);
+      size_t specialElements = 0;
+      std::vector<Buffer> pieces;
+      for (int j = 0; j < p; ++j) {
+        const std::vector<Buffer> group(all.begin() + cuts[j], all.begin() + cuts[j + 1]);
+        pieces.push_back(testing::bytesOf(
+            testing::expectedEncoding(group, keys, count, type, &specialElements)));
+      }
+      DeviceSlab deviceKeys(keys, 0);
+      ASSERT_TRUE(deviceKeys.ok()) << deviceKeys.error();
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+        const Buffer want = testing::decodedReference(all, cuts, keys, count, type, op);
+        const DeviceCall decode = [&](void* out, const void* const* in) {
+          std::vector<const int64_t*> encodings;
+          for (int j = 0; j < p; ++j) encodings.push_back(static_cast<const int64_t*>(in[j]));
+          return kernels::device::decodeSums(out, encodings.data(), p,
+                                             kb > 0 ? deviceKeys.data() : nullptr, count, type, op,
+                                             total, nullptr);
+        };
+        // The pieces aligned, the output aligned or one element off.
+        for (Layout layout : {Layout::kAligned, Layout::kOutShifted}) {
+          ASSERT_TRUE(deviceGives(pieces, sizeof(int64_t), layout, -1, {want, count, type}, decode))
+              << describe(type, "decode " + reduceOpName(op), p, count, specials) << " of " << total
+              << " leaves, " << layoutName(layout);
         }
       }
-    }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 
 // ---- the invariant reduction of leaves held in one place --------------------------------------
 
-TEST(ReduceGpu, InvariantReduceLocalMatchesCpu) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are");
+TEST_F(ReduceGpu, InvariantReduceLocalMatchesCpu) {
   for (DataType type : testing::kAllTypes) {
     const size_t es = dataTypeSize(type);
     uint64_t seed = 21000 + static_cast<uint64_t>(type) * 1000;
-    for (int k : kPieces) {
-      for (size_t count : kCounts) {
-        if (!drawn(count, k)) continue;
-        for (bool specials : {false, true}) {
-          if (specials && !isFloatType(type)) continue;
-          const std::vector<Buffer> leaves = wideLeaves(type, k, count, ++seed, specials);
-          for (ReduceOp op : testing::kAllOps) {
-            Buffer want(count * es);
-            kernels::invariantReduceLocal(want.data(), pointersOf(leaves).data(), k, count, type,
-                                          op);
-            const std::string where =
-                describe(type, "invariant " + reduceOpName(op), k, count, specials);
-            for (Layout layout : layoutsFor(count)) {
-              SCOPED_TRACE(where + " " + layoutName(layout) + " out of place");
-              DeviceSet in(leaves, layout, es);
-              DeviceSlab out(count * es, shiftOf(layout, true, 0, es));
-              ASSERT_TRUE(in.ok());
-              ASSERT_TRUE(out.ok()) << out.error();
-              ASSERT_TRUE(ran(kernels::device::invariantReduceLocal(
-                  out.data(), in.pointers().data(), k, count, type, op, nullptr)));
-              const Buffer got = out.contents();
-              ASSERT_TRUE(sameBits(got.data(), want.data(), count, type));
-              ASSERT_TRUE(out.guardsIntact());
-              ASSERT_TRUE(in.unchanged(leaves));
-            }
-            // In place over one leaf, aligned and shifted.
-            const int j = static_cast<int>(seed % k);
-            for (Layout layout : {Layout::kAligned, Layout::kAllShifted}) {
-              SCOPED_TRACE(where + " " + layoutName(layout) + " in place over leaf " +
-                           std::to_string(j));
-              DeviceSet in(leaves, layout, es);
-              ASSERT_TRUE(in.ok());
-              ASSERT_TRUE(ran(kernels::device::invariantReduceLocal(
-                  in[j].data(), in.pointers().data(), k, count, type, op, nullptr)));
-              const Buffer got = in[j].contents();
-              ASSERT_TRUE(sameBits(got.data(), want.data(), count, type));
-              ASSERT_TRUE(in[j].guardsIntact());
-              ASSERT_TRUE(in.unchanged(leaves, j));
-            }
-          }
+    forEachDraw(type, [&](int k, size_t count, bool specials) {
+      const std::vector<Buffer> leaves = wideLeaves(type, k, count, ++seed, specials);
+      for (ReduceOp op : testing::kAllOps) {
+        Buffer want(count * es);
+        kernels::invariantReduceLocal(want.data(), pointersOf(leaves).data(), k, count, type, op);
+        const DeviceCall reduce = [&](void* out, const void* const* in) {
+          return kernels::device::invariantReduceLocal(out, in, k, count, type, op, nullptr);
+        };
+        const std::string where =
+            describe(type, "invariant " + reduceOpName(op), k, count, specials);
+        for (Layout layout : layoutsFor(count)) {
+          ASSERT_TRUE(deviceGives(leaves, es, layout, -1, {want, count, type}, reduce))
+              << where << " " << layoutName(layout) << " out of place";
+        }
+        // In place over one leaf, aligned and shifted.
+        const int j = static_cast<int>(seed % k);
+        for (Layout layout : {Layout::kAligned, Layout::kAllShifted}) {
+          ASSERT_TRUE(deviceGives(leaves, es, layout, j, {want, count, type}, reduce))
+              << where << " " << layoutName(layout) << " in place over leaf " << j;
         }
       }
-    }
+    });
+    if (HasFatalFailure()) return;
   }
 }
 
 // Two runs of the same call give the same bits, and a call on a stream of its own matches the
 // default stream's result (the kernels keep no state between calls).
-TEST(ReduceGpu, RepeatedCallsOnAnotherStreamGiveTheSameBits) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU allreduce kernels are");
+TEST_F(ReduceGpu, RepeatedCallsOnAnotherStreamGiveTheSameBits) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (DataType type : testing::kAllTypes) {

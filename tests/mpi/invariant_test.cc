@@ -35,6 +35,7 @@ using testing::exactInvariantReference;
 using testing::expectOnAllRanks;
 using testing::firstDifference;
 using testing::hashText;
+using testing::kFloatTypes;
 using testing::opName;
 using testing::randomBuffer;
 using testing::referenceFold;
@@ -48,9 +49,6 @@ using testing::worldSize;
 int leafCount() {
   return std::max(12, worldSize());
 }
-
-constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                    DataType::kBFloat16};
 
 // ---------------------------------------------------------------------------------------------
 // Leaves and spreads.

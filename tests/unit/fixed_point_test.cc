@@ -24,14 +24,12 @@ namespace {
 
 using testing::Buffer;
 using testing::describeElement;
+using testing::kFloatTypes;
 using testing::kSentinel;
 using testing::pointers;
 using testing::randomBuffer;
 using testing::runRanks;
 using testing::sameBits;
-
-constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                    DataType::kBFloat16};
 
 Buffer localReduce(const std::vector<Buffer>& leaves, size_t count, DataType type, ReduceOp op) {
   Buffer out(count * dataTypeSize(type) + 8, kSentinel);

@@ -35,46 +35,18 @@ namespace {
 using collective::CallAgreement;
 using collective::Collectives;
 using testing::Buffer;
+using testing::describe;
 using testing::describeElement;
 using testing::expectSameFailureEverywhere;
+using testing::identity;
+using testing::kFloatTypes;
 using testing::kSentinel;
 using testing::makeInputs;
+using testing::place;
+using testing::Placement;
 using testing::pointers;
 using testing::runRanks;
 using testing::sameBits;
-
-constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                    DataType::kBFloat16};
-
-// Which leaves (indices into the list of all leaves) each rank holds.
-using Placement = std::vector<std::vector<int>>;
-
-// Leaves handed out in `order`, rank r taking the next spread[r].
-Placement place(const std::vector<int>& spread, const std::vector<int>& order) {
-  Placement placement;
-  size_t next = 0;
-  for (int n : spread) {
-    placement.emplace_back(order.begin() + next, order.begin() + next + n);
-    next += n;
-  }
-  return placement;
-}
-
-std::vector<int> identity(int n) {
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  return order;
-}
-
-std::string describe(const Placement& placement) {
-  std::string text = "placement";
-  for (const auto& leaves : placement) {
-    text += " [";
-    for (size_t k = 0; k < leaves.size(); ++k) text += (k ? "," : "") + std::to_string(leaves[k]);
-    text += "]";
-  }
-  return text;
-}
 
 struct RunOptions {
   size_t segmentBytes = 0;  // 0: the default

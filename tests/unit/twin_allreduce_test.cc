@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "kernels/fixed_point.h"
 #include "kernels/fold.h"
 #include "tests/support/reference.h"
+#include "tests/support/wide_bits.h"
 #include "tests/unit/unit_test_util.h"
 
 namespace detcoll {
@@ -38,168 +38,16 @@ namespace {
 using collective::CommTransport;
 using collective::Communicator;
 using testing::Buffer;
-using testing::kSentinel;
+using testing::describe;
+using testing::identity;
+using testing::isFloatType;
+using testing::place;
+using testing::Placement;
+using testing::pointersOf;
 using testing::sameBits;
-
-constexpr size_t kGuard = 32;
-
-bool isFloat(DataType type) {
-  return type != DataType::kInt32 && type != DataType::kInt64;
-}
-
-// ---- inputs -------------------------------------------------------------------------------------
-
-struct FloatLayout {
-  int mantissaBits;
-  int exponentBits;
-};
-
-FloatLayout layoutOf(DataType type) {
-  switch (type) {
-    case DataType::kFloat64:
-      return {52, 11};
-    case DataType::kFloat16:
-      return {10, 5};
-    case DataType::kBFloat16:
-      return {7, 8};
-    default:
-      return {23, 8};
-  }
-}
-
-// nleaves buffers of count elements, raw dtype bits. Floats: per element, most leaves within
-// mantissaBits + 8 binades below an exponent drawn over the whole finite range, some elements with
-// every leaf's exponent drawn over the whole range; random fractions and signs; +0, -0 and
-// subnormals; with `specials`, about 2% each of +inf, -inf and NaN. Integers: the full range (sums
-// wrap) and some small values.
-std::vector<Buffer> wideLeaves(DataType type, int nleaves, size_t count, uint64_t seed,
-                               bool specials) {
-  std::mt19937_64 g(seed * 0x9e3779b97f4a7c15ull + 777);
-  const size_t es = dataTypeSize(type);
-  std::vector<Buffer> leaves(nleaves, Buffer(count * es));
-  if (!isFloat(type)) {
-    std::uniform_int_distribution<int64_t> small(-1000, 1000);
-    for (Buffer& leaf : leaves) {
-      for (size_t i = 0; i < count; ++i) {
-        int64_t v = static_cast<int64_t>(g());
-        if (g() % 5 == 0) v = small(g);
-        std::memcpy(leaf.data() + i * es, &v, es);  // int32: the low half
-      }
-    }
-    return leaves;
-  }
-  const FloatLayout f = layoutOf(type);
-  const int maxExponent = (1 << f.exponentBits) - 2;
-  const int spread = f.mantissaBits + 8;
-  const uint64_t fractionMask = (uint64_t{1} << f.mantissaBits) - 1;
-  const uint64_t signBit = uint64_t{1} << (f.mantissaBits + f.exponentBits);
-  const uint64_t allOnes = static_cast<uint64_t>(maxExponent + 1) << f.mantissaBits;
-  std::uniform_int_distribution<int> center(1, maxExponent);
-  std::uniform_int_distribution<int> below(0, spread);
-  std::uniform_int_distribution<int> kind(0, 999);
-  for (size_t i = 0; i < count; ++i) {
-    const bool clustered = g() % 100 < 85;
-    const int c = center(g);
-    for (Buffer& leaf : leaves) {
-      const int u = kind(g);
-      const uint64_t sign = (g() & 1) ? signBit : 0;
-      const uint64_t fraction = g() & fractionMask;
-      uint64_t bits;
-      if (u < 25) {
-        bits = 0;
-      } else if (u < 40) {
-        bits = signBit;
-      } else if (u < 60) {
-        bits = sign | (fraction | 1);  // subnormal
-      } else if (specials && u < 80) {
-        bits = allOnes;
-      } else if (specials && u < 100) {
-        bits = signBit | allOnes;
-      } else if (specials && u < 120) {
-        bits = sign | allOnes | (fraction | 1);  // NaN
-      } else {
-        int e = clustered ? c - below(g) : center(g);
-        if (e < 0) e = 0;
-        bits = sign | (static_cast<uint64_t>(e) << f.mantissaBits) | fraction;
-      }
-      std::memcpy(leaf.data() + i * es, &bits, es);
-    }
-  }
-  return leaves;
-}
-
-// A buffer at a 64-byte boundary plus `shift` bytes, between guard bytes that must stay kSentinel.
-class Slab {
- public:
-  Slab(size_t bytes, size_t shift)
-      : bytes_(bytes), storage_(bytes + shift + 64 + kGuard, kSentinel) {
-    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
-    begin_ = (64 - address % 64) % 64 + shift;
-  }
-  Slab(const Buffer& contents, size_t shift) : Slab(contents.size(), shift) {
-    std::memcpy(data(), contents.data(), contents.size());
-  }
-  Slab(Slab&&) = default;
-  Slab& operator=(Slab&&) = default;
-  Slab(const Slab&) = delete;
-  Slab& operator=(const Slab&) = delete;
-
-  uint8_t* data() { return storage_.data() + begin_; }
-  const uint8_t* data() const { return storage_.data() + begin_; }
-  Buffer contents() const { return Buffer(data(), data() + bytes_); }
-  bool guardsIntact() const {
-    for (size_t i = 0; i < storage_.size(); ++i) {
-      if ((i < begin_ || i >= begin_ + bytes_) && storage_[i] != kSentinel) return false;
-    }
-    return true;
-  }
-
- private:
-  size_t bytes_;
-  Buffer storage_;
-  size_t begin_ = 0;
-};
-
-// Which leaves (indices into the list of all leaves) each rank holds, in its order.
-using Placement = std::vector<std::vector<int>>;
-
-Placement place(const std::vector<int>& spread, const std::vector<int>& order) {
-  Placement placement;
-  size_t next = 0;
-  for (int n : spread) {
-    placement.emplace_back(order.begin() + next, order.begin() + next + n);
-    next += n;
-  }
-  return placement;
-}
-
-std::vector<int> identity(int n) {
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  return order;
-}
-
-int totalOf(const Placement& placement) {
-  int n = 0;
-  for (const auto& leaves : placement) n += static_cast<int>(leaves.size());
-  return n;
-}
-
-std::string describe(const Placement& placement) {
-  std::string text = "placement";
-  for (const auto& leaves : placement) {
-    text += " [";
-    for (size_t k = 0; k < leaves.size(); ++k) text += (k ? "," : "") + std::to_string(leaves[k]);
-    text += "]";
-  }
-  return text;
-}
-
-std::vector<const void*> pointersOf(const std::vector<Buffer>& buffers) {
-  std::vector<const void*> out;
-  for (const Buffer& b : buffers) out.push_back(b.data());
-  return out;
-}
+using testing::Slab;
+using testing::totalOf;
+using testing::wideLeaves;
 
 // ---- references on one thread -------------------------------------------------------------------
 
@@ -406,7 +254,7 @@ TEST_P(TwinAllreduceGridTest, EveryRankGetsTheReferenceAndCpuPathBits) {
         for (size_t segmentBytes : {size_t{64}, size_t{1000}, size_t{4096}, size_t{1} << 20}) {
           if (count < 1000 && (segmentBytes == 1000 || segmentBytes == 4096)) continue;
           ++variant;
-          const bool specials = isFloat(type) && variant % 3 == 1;
+          const bool specials = isFloatType(type) && variant % 3 == 1;
           const auto leaves =
               wideLeaves(type, totalOf(placement), count, variant * 1009 + p, specials);
           for (ReduceOp op : testing::kAllOps) {
@@ -448,7 +296,7 @@ TEST_P(TwinAllreduceGridTest, LongBufferGetsTheReferenceAndCpuPathBits) {
     const Placement placement =
         place(spread, identity(std::accumulate(spread.begin(), spread.end(), 0)));
     const auto leaves =
-        wideLeaves(type, totalOf(placement), count, 4242 + p, isFloat(type) && p == 5);
+        wideLeaves(type, totalOf(placement), count, 4242 + p, isFloatType(type) && p == 5);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
       Options o;
       o.segmentBytes = segmentBytes;
@@ -485,7 +333,7 @@ TEST_P(TwinAllreduceInvariantTest, SameBitsWhateverTheWorldSizeAndSpread) {
   uint64_t variant = 0;
   for (size_t count : {size_t{33}, size_t{1000}}) {
     for (bool specials : {false, true}) {
-      if (specials && !isFloat(type)) continue;
+      if (specials && !isFloatType(type)) continue;
       const auto leaves = wideLeaves(type, 5, count, count * 7 + specials, specials);
       for (ReduceOp op : testing::kAllOps) {
         const Buffer expected =
@@ -537,51 +385,12 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, TwinAllreduceInvariantTest,
 
 // ---- native: nothing promised but the arithmetic on exact data ----------------------------------
 
-// Small integers in the dtype's bits (exact in every dtype, and so are their sums here).
-Buffer smallIntegers(DataType type, size_t count, std::mt19937_64& g) {
-  const size_t es = dataTypeSize(type);
-  Buffer out(count * es);
-  std::uniform_int_distribution<int> value(-16, 16);
-  for (size_t i = 0; i < count; ++i) {
-    const int v = value(g);
-    uint64_t bits = 0;
-    switch (type) {
-      case DataType::kFloat32: {
-        const float f = static_cast<float>(v);
-        std::memcpy(&bits, &f, 4);
-        break;
-      }
-      case DataType::kFloat64: {
-        const double d = v;
-        std::memcpy(&bits, &d, 8);
-        break;
-      }
-      case DataType::kFloat16: {
-        const _Float16 h = static_cast<_Float16>(v);
-        std::memcpy(&bits, &h, 2);
-        break;
-      }
-      case DataType::kBFloat16: {
-        const float f = static_cast<float>(v);
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        bits = u >> 16;  // exact: a small integer has few mantissa bits
-        break;
-      }
-      default:
-        bits = static_cast<uint64_t>(static_cast<int64_t>(v));
-    }
-    std::memcpy(out.data() + i * es, &bits, es);
-  }
-  return out;
-}
-
 class TwinAllreduceNativeTest : public ::testing::TestWithParam<DataType> {};
 
 TEST_P(TwinAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
   const DataType type = GetParam();
   const size_t es = dataTypeSize(type);
-  std::mt19937_64 g(99 + static_cast<int>(type));
+  uint64_t seed = 99 + 1000 * static_cast<uint64_t>(type);
   for (int p = 1; p <= 5; ++p) {
     std::vector<int> growing(p);
     std::iota(growing.begin(), growing.end(), 1);
@@ -590,8 +399,8 @@ TEST_P(TwinAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
           place(spread, identity(std::accumulate(spread.begin(), spread.end(), 0)));
       const int total = totalOf(placement);
       for (size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
-        std::vector<Buffer> leaves;
-        for (int l = 0; l < total; ++l) leaves.push_back(smallIntegers(type, count, g));
+        // Small integers (exact in every dtype, and so are their sums here).
+        const std::vector<Buffer> leaves = testing::integerLeaves(type, total, count, ++seed, 16);
         for (ReduceOp op : testing::kAllOps) {
           Options o;
           o.segmentBytes = 64;

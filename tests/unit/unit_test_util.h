@@ -1,35 +1,24 @@
 #pragma once
 
-// Helpers shared by the unit tests: bit comparison with a described failure, random inputs per
-// rank, the reference fold over them, and ranks as threads running the checked collectives.
+// Helpers shared by the unit tests: random inputs per rank, the reference fold over them, ranks as
+// threads running the checked collectives, and leaves placed over ranks (bit comparison with a
+// described failure and the data of the twin tests: tests/support/wide_bits.h).
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "collective/collectives.h"
 #include "collective/thread_communicator.h"
 #include "tests/support/reference.h"
+#include "tests/support/wide_bits.h"
 
 namespace detcoll::testing {
-
-using Buffer = std::vector<uint8_t>;
-// Fill of output buffers that must stay untouched.
-constexpr uint8_t kSentinel = 0xa5;
-
-// Bit equality with the first differing element described.
-inline ::testing::AssertionResult sameBits(const void* actual, const void* expected, size_t count,
-                                           DataType type) {
-  const long i = firstDifference(actual, expected, count, type);
-  if (i < 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << dataTypeName(type) << " element " << i << " of " << count
-                                       << ": got " << describeElement(actual, i, type)
-                                       << ", reference " << describeElement(expected, i, type);
-}
 
 inline bool untouched(const Buffer& b) {
   return std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == kSentinel; });
@@ -77,6 +66,45 @@ inline void expectSameFailureEverywhere(const std::vector<Status>& status, Statu
           << "rank " << r << ": '" << needle << "' not in: " << status[r].message();
     }
   }
+}
+
+// Which leaves (indices into the list of all leaves) each rank holds, in its order.
+using Placement = std::vector<std::vector<int>>;
+
+// Leaves handed out in `order`, rank r taking the next spread[r].
+inline Placement place(const std::vector<int>& spread, const std::vector<int>& order) {
+  Placement placement;
+  size_t next = 0;
+  for (int n : spread) {
+    placement.emplace_back(order.begin() + next, order.begin() + next + n);
+    next += n;
+  }
+  return placement;
+}
+
+// 0, 1, ..., n - 1.
+inline std::vector<int> identity(int n) {
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+// The number of leaves of every rank.
+inline int totalOf(const Placement& placement) {
+  int n = 0;
+  for (const auto& leaves : placement) n += static_cast<int>(leaves.size());
+  return n;
+}
+
+// "placement [0,1] [2]" for two ranks holding leaves 0 and 1, and 2.
+inline std::string describe(const Placement& placement) {
+  std::string text = "placement";
+  for (const auto& leaves : placement) {
+    text += " [";
+    for (size_t k = 0; k < leaves.size(); ++k) text += (k ? "," : "") + std::to_string(leaves[k]);
+    text += "]";
+  }
+  return text;
 }
 
 }  // namespace detcoll::testing
