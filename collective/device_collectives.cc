@@ -240,7 +240,7 @@ Status DevicePath::allreduce(Mode mode, const void* const* leaves, int nleaves, 
 
 Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
   DETCOLL_RETURN_IF_ERROR(prepare(device));
-  DeviceScope scope(device_);
+  DeviceScope scope(device_);  // the caller's device again on return
   DETCOLL_RETURN_IF_ERROR(scope.status());
 #if DETCOLL_WITH_NCCL
   if (nccl_) {

@@ -114,13 +114,7 @@ DETCOLL_HOST_DEVICE inline uint64_t bitsOf(T v) {
   } else if constexpr (std::is_same_v<T, float>) {
     return floatBits(v);
   } else {
-#if defined(__CUDA_ARCH__)
-    return static_cast<uint64_t>(__double_as_longlong(v));
-#else
-    uint64_t b;
-    std::memcpy(&b, &v, 8);
-    return b;
-#endif
+    return static_cast<uint64_t>(codec::bitsFromDouble(v));
   }
 }
 template <typename T>
@@ -130,13 +124,7 @@ DETCOLL_HOST_DEVICE inline T fromBits(uint64_t b) {
   } else if constexpr (std::is_same_v<T, float>) {
     return bitsToFloat(static_cast<uint32_t>(b));
   } else {
-#if defined(__CUDA_ARCH__)
-    return __longlong_as_double(static_cast<long long>(b));
-#else
-    double d;
-    std::memcpy(&d, &b, 8);
-    return d;
-#endif
+    return codec::doubleFromBits(b);
   }
 }
 
