@@ -6,9 +6,11 @@
 //         (collective/nccl_transport.h), created at the first device call on the device of its
 //         buffers, its unique id broadcast from rank 0 over the host communicator;
 //   host  the buffers staged through host memory onto the CPU path: where NCCL is not built, or
-//         DETCOLL_GPU_TRANSPORT=mpi, or (auto) rank 0 could not make an NCCL id.
-// Work runs on the caller's stream when one is set (and the call returns without waiting for
-// it, like NCCL), else on the library's own stream, and the call returns when it is done. The
+//         DETCOLL_GPU_TRANSPORT=mpi, or (auto) NCCL could not start on some rank.
+// What one rank can get wrong alone (NCCL's start, scratch, staging copies) is agreed over the
+// host communicator before any transfer, so a failure is every rank's and no rank waits for
+// another. Work runs on the caller's stream when one is set (and the call returns without waiting
+// for it, like NCCL), else on the library's own stream, and the call returns when it is done. The
 // host way always waits.
 
 #include <cstddef>
