@@ -191,18 +191,22 @@ Status DevicePath::finish() {
 
 Status DevicePath::stage(const void* const* buffers, int count, size_t bytes,
                          std::vector<std::vector<char>>* out) {
-  // On the call's stream, after the work already there; then wait for the copies.
-  void* s = nullptr;
-  DETCOLL_RETURN_IF_ERROR(stream(&s));
-  out->resize(count);
-  for (int j = 0; j < count; ++j) {
-    (*out)[j].resize(bytes);
-    DETCOLL_RETURN_IF_ERROR(
-        cudaCheck(cudaMemcpyAsync((*out)[j].data(), buffers[j], bytes, cudaMemcpyDeviceToHost,
-                                  static_cast<cudaStream_t>(s)),
-                  "cudaMemcpyAsync"));
-  }
-  return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
+  // On the call's stream, after the work already there; then wait for the copies. Every rank
+  // learns whether every rank's copies succeeded, before the host collective that follows.
+  auto copy = [&]() -> Status {
+    void* s = nullptr;
+    DETCOLL_RETURN_IF_ERROR(stream(&s));
+    out->resize(count);
+    for (int j = 0; j < count; ++j) {
+      (*out)[j].resize(bytes);
+      DETCOLL_RETURN_IF_ERROR(
+          cudaCheck(cudaMemcpyAsync((*out)[j].data(), buffers[j], bytes, cudaMemcpyDeviceToHost,
+                                    static_cast<cudaStream_t>(s)),
+                    "cudaMemcpyAsync"));
+    }
+    return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
+  };
+  return agreeAcrossRanks(copy());
 }
 
 Status DevicePath::unstage(void* device, const void* host, size_t bytes) {
@@ -222,15 +226,13 @@ Status DevicePath::allreduce(Mode mode, const void* const* leaves, int nleaves, 
   DeviceScope scope(device_);
   DETCOLL_RETURN_IF_ERROR(scope.status());
   if (nccl_) {
-    void* s = nullptr;
-    DETCOLL_RETURN_IF_ERROR(stream(&s));
-    DETCOLL_RETURN_IF_ERROR(
-        deviceAllreduce(*nccl_, s, mode, leaves, nleaves, recv, count, type, op, totalLeaves));
-    return finish();
+    return onStream([&](void* s) {
+      return deviceAllreduce(*nccl_, s, mode, leaves, nleaves, recv, count, type, op, totalLeaves);
+    });
   }
   const size_t bytes = count * dataTypeSize(type);
   std::vector<std::vector<char>> staged;
-  DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(stage(leaves, nleaves, bytes, &staged)));
+  DETCOLL_RETURN_IF_ERROR(stage(leaves, nleaves, bytes, &staged));
   std::vector<const void*> pointers;
   for (const auto& leaf : staged) pointers.push_back(leaf.data());
   std::vector<char> result(bytes);
@@ -251,7 +253,7 @@ Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
 #endif
   std::vector<std::vector<char>> staged;
   const void* buffers[1] = {data};
-  DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(stage(buffers, 1, bytes, &staged)));
+  DETCOLL_RETURN_IF_ERROR(stage(buffers, 1, bytes, &staged));
   DETCOLL_RETURN_IF_ERROR(comm_.broadcast(staged[0].data(), bytes, root));
   return unstage(data, staged[0].data(), bytes);
 }
@@ -269,7 +271,7 @@ Status DevicePath::allgather(const void* send, void* recv, size_t bytes, int dev
 #endif
   std::vector<std::vector<char>> staged;
   const void* buffers[1] = {send};
-  DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(stage(buffers, 1, bytes, &staged)));
+  DETCOLL_RETURN_IF_ERROR(stage(buffers, 1, bytes, &staged));
   std::vector<char> all(bytes * comm_.size());
   DETCOLL_RETURN_IF_ERROR(comm_.allgather(staged[0].data(), all.data(), bytes));
   return unstage(recv, all.data(), all.size());

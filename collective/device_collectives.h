@@ -64,7 +64,8 @@ class DevicePath {
   Status finish();
   // work(stream) on the call's stream, then finish().
   Status onStream(const std::function<Status(void* stream)>& work);
-  // Host copies of `count` device buffers of `bytes`, after the work before the call.
+  // Host copies of `count` device buffers of `bytes`, after the work before the call; agreed, so
+  // a rank whose copy failed fails every rank.
   Status stage(const void* const* buffers, int count, size_t bytes,
                std::vector<std::vector<char>>* out);
   // Copies a host result to the device and waits until it is there.

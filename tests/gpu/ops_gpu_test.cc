@@ -27,11 +27,6 @@ using testing::opIndices;
 using testing::opValues;
 using Bytes = std::vector<uint8_t>;
 
-const DataType kAll[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                         DataType::kBFloat16, DataType::kInt32,   DataType::kInt64};
-const DataType kFloats[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                            DataType::kBFloat16};
-
 // A device copy of a host vector, freed at scope exit.
 class Device {
  public:
@@ -73,7 +68,7 @@ void expectSame(const Bytes& actual, const Bytes& expected, DataType type,
 
 TEST(OpsGpu, ScatterAddOneDimensionalHeavyDuplication) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     for (int64_t m : {int64_t{1}, int64_t{97}, int64_t{100003}}) {
       const int64_t n = 1 << 20;
       const std::vector<int64_t> index = opIndices(n, 0, m, 1 + m);
@@ -94,7 +89,7 @@ TEST(OpsGpu, ScatterAddOneDimensionalHeavyDuplication) {
 TEST(OpsGpu, ScatterAddEveryDim) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
   const Shape self{16, 9, 33}, src{40, 12, 50};
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     for (int dim : {0, 1, 2}) {
       Shape index{16, 9, 33};
       index[dim] = src[dim];
@@ -115,7 +110,7 @@ TEST(OpsGpu, ScatterAddEveryDim) {
 
 TEST(OpsGpu, IndexAddSegmentsEmbeddingsBincount) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     {  // index_add along a middle dim, alpha != 1
       const Shape self{4, 50, 24};
       const int64_t n = 3000;
@@ -160,7 +155,7 @@ TEST(OpsGpu, IndexAddSegmentsEmbeddingsBincount) {
       expectSame(out.bytes(), cpu, t, "bincount");
     }
   }
-  for (DataType t : kFloats) {
+  for (DataType t : testing::kFloatTypes) {
     for (bool byFrequency : {false, true}) {  // embedding backward, padding row 3
       const int64_t rows = 1000, count = 65536, dim = 64;
       const std::vector<int64_t> idx = opIndices(count, 0, rows, 14);
@@ -199,7 +194,7 @@ TEST(OpsGpu, IndexAddSegmentsEmbeddingsBincount) {
 
 TEST(OpsGpu, SumsAndBiasGradients) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     const Shape shape{8, 64, 57, 33};
     const Bytes in = opValues(t, 8 * 64 * 57 * 33, 20);
     for (const std::vector<int>& axes :
@@ -227,7 +222,7 @@ TEST(OpsGpu, SumsAndBiasGradients) {
 
 TEST(OpsGpu, BilinearAndMaxPool) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
-  for (DataType t : kFloats) {
+  for (DataType t : testing::kFloatTypes) {
     for (bool align : {false, true}) {
       for (int64_t out : {int64_t{13}, int64_t{77}, int64_t{256}}) {
         Bilinear s;

@@ -4,6 +4,7 @@ comparisons."""
 import math
 import zlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,23 @@ def one_torch_thread():
     yield
     torch.set_num_threads(before)
     ops.set_num_threads(0)
+
+
+# The loop references' arithmetic: values widened exactly to the accumulation type (float32 for
+# float32, float16 and bfloat16; float64 for float64), and the one rounding at the end.
+def acc_of(dtype):
+    return np.float64 if dtype == torch.float64 else np.float32
+
+
+def widen(t):
+    """t's values in its accumulation type, exactly (float16 and bfloat16 widen to float32)."""
+    wider = torch.float64 if t.dtype == torch.float64 else torch.float32
+    return t.to(wider).numpy().copy()
+
+
+def narrow(a, dtype):
+    """The one rounding at the end (round to nearest even)."""
+    return torch.from_numpy(np.ascontiguousarray(a)).to(dtype)
 
 
 def generator(label):

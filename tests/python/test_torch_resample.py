@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 import detcoll
 from detcoll.torch import ops
-from op_testing import assert_bits, bits, generator, one_torch_thread, wide  # noqa: F401
+from op_testing import (acc_of, assert_bits, bits, generator, narrow, one_torch_thread,  # noqa: F401
+                        wide, widen)
 
 EXACT = (torch.float32, torch.float64)  # PyTorch's CPU kernels are the reference
 HALVES = (torch.float16, torch.bfloat16)  # the numpy loops are
@@ -29,20 +30,6 @@ baseline_pytorch = pytest.mark.skipif(
     os.environ.get("ATEN_CPU_CAPABILITY") != "default",
     reason="bit equality with PyTorch's bilinear backward needs ATEN_CPU_CAPABILITY=default")
 
-
-def acc_of(dtype):
-    return np.float64 if dtype == torch.float64 else np.float32
-
-
-def widen(t):
-    """t's values in its accumulation type, exactly (float16 and bfloat16 widen to float32)."""
-    wider = torch.float64 if t.dtype == torch.float64 else torch.float32
-    return t.to(wider).numpy().copy()
-
-
-def narrow(a, dtype):
-    """The one rounding at the end (round to nearest even)."""
-    return torch.from_numpy(np.ascontiguousarray(a)).to(dtype)
 
 
 # ---- Bilinear: the reference, from the contract in resample.h ----------------------------------

@@ -26,11 +26,6 @@ using testing::opIndices;
 using testing::opValues;
 using Bytes = std::vector<uint8_t>;
 
-const DataType kAll[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                         DataType::kBFloat16, DataType::kInt32,   DataType::kInt64};
-const DataType kFloats[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                            DataType::kBFloat16};
-
 void expectSame(const Bytes& actual, const Bytes& expected, DataType type,
                 const std::string& what) {
   EXPECT_EQ(testing::bitsDiffer(actual, expected, type, "the twin", "the reference"), "") << what;
@@ -43,7 +38,7 @@ void expectSameError(const Status& twin, const Status& reference, const std::str
 }
 
 TEST(TwinScatterAdd, OneDimensionCarriesValuesThroughTheSort) {
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     const int64_t n = 5000, m = 37;
     const std::vector<int64_t> index = opIndices(n, 0, m, 1);
     const Bytes src = opValues(t, n, 2), base = opValues(t, m, 3);
@@ -58,7 +53,7 @@ TEST(TwinScatterAdd, OneDimensionCarriesValuesThroughTheSort) {
 
 TEST(TwinScatterAdd, EveryDimWithSourcesShapedUnlikeTheIndex) {
   const Shape self{6, 5, 7}, src{9, 6, 8};
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     for (int dim : {0, 1, 2, -1}) {
       const int d = dim < 0 ? dim + 3 : dim;
       Shape index{6, 5, 7};
@@ -77,7 +72,7 @@ TEST(TwinScatterAdd, EveryDimWithSourcesShapedUnlikeTheIndex) {
 }
 
 TEST(TwinIndexAdd, OuterSlicesAndAlpha) {
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     const Shape self{3, 11, 4};
     const int64_t n = 300;
     const std::vector<int64_t> index = opIndices(n, 0, 11, 6);
@@ -96,7 +91,7 @@ TEST(TwinIndexAdd, OuterSlicesAndAlpha) {
 }
 
 TEST(TwinUnsortedSegment, SumAndMeanWithDroppedIds) {
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     for (bool mean : {false, true}) {
       const int64_t segments = 13;
       const std::vector<int64_t> ids = opIndices(40 * 3, -3, segments + 2, 9);  // some dropped
@@ -116,7 +111,7 @@ TEST(TwinUnsortedSegment, SumAndMeanWithDroppedIds) {
 }
 
 TEST(TwinEmbedding, PaddingAndFrequencyScaling) {
-  for (DataType t : kFloats) {
+  for (DataType t : testing::kFloatTypes) {
     for (bool byFrequency : {false, true}) {
       const int64_t rows = 20, count = 700, dim = 6;
       const std::vector<int64_t> idx = opIndices(count, 0, rows, 11);
@@ -134,7 +129,7 @@ TEST(TwinEmbedding, PaddingAndFrequencyScaling) {
 }
 
 TEST(TwinEmbeddingBag, SumMeanAndPerSampleWeights) {
-  for (DataType t : kFloats) {
+  for (DataType t : testing::kFloatTypes) {
     const int64_t rows = 15, count = 400, dim = 5, bags = 30;
     const std::vector<int64_t> idx = opIndices(count, 0, rows, 13);
     std::vector<int64_t> offsets = opIndices(bags, 0, count + 1, 14);
@@ -159,7 +154,7 @@ TEST(TwinEmbeddingBag, SumMeanAndPerSampleWeights) {
 
 TEST(TwinBincount, WeightsAndCounts) {
   const std::vector<int64_t> input = opIndices(3000, 0, 50, 17);
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     const Bytes weights = opValues(t, 3000, 18);
     int64_t length = 0, referenceLength = 0;
     Bytes twin(64 * dataTypeSize(t)), reference = twin;
@@ -185,7 +180,7 @@ TEST(TwinBincount, WeightsAndCounts) {
 TEST(TwinSum, TreeLevelsEqualTheReferenceForEveryLayout) {
   const Shape shape{5, 33, 7, 9};
   const std::vector<std::vector<int>> axesList = {{0}, {1}, {3}, {0, 2}, {1, 3}, {0, 1, 2, 3}, {}};
-  for (DataType t : kAll) {
+  for (DataType t : testing::kAllTypes) {
     const Bytes in = opValues(t, 5 * 33 * 7 * 9, 19);
     for (const auto& axes : axesList) {
       int64_t outCount = 1;
@@ -201,7 +196,7 @@ TEST(TwinSum, TreeLevelsEqualTheReferenceForEveryLayout) {
 }
 
 TEST(TwinBiasAddGrad, LongColumnsNeedManyLevels) {
-  for (DataType t : kFloats) {
+  for (DataType t : testing::kFloatTypes) {
     for (bool channelsFirst : {false, true}) {
       const Shape shape = channelsFirst ? Shape{4, 3, 41, 43} : Shape{4, 41, 43, 3};
       const Bytes grad = opValues(t, 4 * 41 * 43 * 3, 20);
@@ -214,7 +209,7 @@ TEST(TwinBiasAddGrad, LongColumnsNeedManyLevels) {
 }
 
 TEST(TwinResample, BilinearAndMaxPool) {
-  for (DataType t : kFloats) {
+  for (DataType t : testing::kFloatTypes) {
     Bilinear s;
     s.planes = 3;
     s.inHeight = 7;
