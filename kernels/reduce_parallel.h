@@ -3,7 +3,7 @@
 // The allreduce kernels as a data-parallel machine computes them: the rank-order fold, the
 // invariant mode's exponent keys, encode and decode, written once as bodies over an executor
 // that is the GPU (kernels/reduce_device.cu, kernels/device_executor.cuh) or the host
-// (kernels/host_executor.h: the CPU twin CI runs). Element i of every
+// (tests/support/serial_executor.h: the serial run CI runs). Element i of every
 // result depends on element i of the inputs only, so the bits are those of the CPU reference
 // (kernels/fold.h, kernels/fixed_point.h) whatever the launch configuration.
 //

@@ -1,6 +1,6 @@
 #pragma once
 
-// A body run over every index in [0, n) on the host: the CPU twin of a CUDA grid. Contiguous
+// A body run over every index in [0, n) on the host: the serial run of a CUDA grid. Contiguous
 // ranges go to up to `threads` threads (<= 0: the hardware's), none with fewer than `grain`
 // indices; each index is computed by one call, so the bits never depend on the split.
 

@@ -2,7 +2,7 @@
 
 // The deterministic ops as a data-parallel machine computes them: the formulation of the CUDA
 // kernels, written once over an executor that is either the GPU (device.cu) or the host
-// (twin.cc, the GPU algorithm's CPU twin, which CI runs). Every kernel is a body called once per
+// (serial.cc, the GPU algorithm's serial run, which CI runs). Every kernel is a body called once per
 // index of a grid; no body's result depends on any other's timing, so the bits are those of the
 // CPU reference (scatter.h, reduce.h) whatever the launch configuration.
 //

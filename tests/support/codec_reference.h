@@ -1,7 +1,7 @@
 #pragma once
 
 // The CPU references of the invariant codec's parallel kernels (kernels/reduce_parallel.h: their
-// CPU twins in tests/unit/reduce_twin_test.cc, the GPU kernels in tests/gpu/reduce_gpu_test.cc),
+// serial runs in tests/unit/reduce_serial_test.cc, the GPU kernels in tests/gpu/reduce_gpu_test.cc),
 // from the CPU kernels of kernels/fixed_point.h: the exponent keys of a set of leaves, a group's
 // encoding as the parallel kernels write it (the non-finite counts packed where the key is the
 // non-finite key), and the decoded sum of groups' encodings with the non-finite values applied.

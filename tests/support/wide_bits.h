@@ -1,7 +1,7 @@
 #pragma once
 
 // Test data in raw dtype bits and its comparison, shared by the unit tests of the GPU data path's
-// CPU twins (tests/unit/reduce_twin_test.cc, twin_allreduce_test.cc) and the GPU tests
+// serial runs (tests/unit/reduce_serial_test.cc, serial_allreduce_test.cc) and the GPU tests
 // (tests/gpu/): random leaves over the whole exponent range of a dtype (zeros, -0, subnormals
 // and, on request, infinities and NaNs), integer-valued leaves and random exponent keys, the loop
 // over piece counts, counts and inf/NaN, where a call's buffers lie (at an aligned address or one

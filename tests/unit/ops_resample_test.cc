@@ -6,7 +6,7 @@
 // worked out by hand from PyTorch's formula; the argument and index checks.
 
 #include "kernels/ops/resample.h"
-#include "kernels/ops/twin.h"
+#include "tests/support/serial_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -572,19 +572,19 @@ TEST(OpsResampleMaxPoolEdge, AWindowWhollyInThePaddingGivesMinusInfinity) {
   ASSERT_TRUE(maxPool2d(&out, &index, x.data(), DataType::kFloat32, p, 1).isOk());
   EXPECT_EQ(index, 6);
   EXPECT_EQ(out, -std::numeric_limits<float>::infinity());
-  // Its gradient goes nowhere; the index is accepted, and the twin (the GPU's gather) agrees.
+  // Its gradient goes nowhere; the index is accepted, and the serial run (the GPU's gather) agrees.
   const float grad = 1.5f;
-  std::vector<float> back(4, 7.0f), twinBack(4, 7.0f);
+  std::vector<float> back(4, 7.0f), serialBack(4, 7.0f);
   ASSERT_TRUE(maxPool2dBackward(back.data(), &grad, &index, DataType::kFloat32, p, 1).isOk());
   ASSERT_TRUE(
-      twin::maxPool2dBackward(twinBack.data(), &grad, &index, DataType::kFloat32, p).isOk());
+      testing::serial::maxPool2dBackward(serialBack.data(), &grad, &index, DataType::kFloat32, p).isOk());
   EXPECT_EQ(back, std::vector<float>(4, 0.0f));
-  EXPECT_EQ(twinBack, back);
-  float twinOut = 0;
-  int64_t twinIndex = 0;
-  ASSERT_TRUE(twin::maxPool2d(&twinOut, &twinIndex, x.data(), DataType::kFloat32, p).isOk());
-  EXPECT_EQ(twinIndex, 6);
-  EXPECT_EQ(twinOut, out);
+  EXPECT_EQ(serialBack, back);
+  float serialOut = 0;
+  int64_t serialIndex = 0;
+  ASSERT_TRUE(testing::serial::maxPool2d(&serialOut, &serialIndex, x.data(), DataType::kFloat32, p).isOk());
+  EXPECT_EQ(serialIndex, 6);
+  EXPECT_EQ(serialOut, out);
 }
 
 // ---- Output sizes, by hand from PyTorch's formula ----------------------------------------------

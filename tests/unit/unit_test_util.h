@@ -2,7 +2,7 @@
 
 // Helpers shared by the unit tests: random inputs per rank, the reference fold over them, ranks as
 // threads running the checked collectives, and leaves placed over ranks (bit comparison with a
-// described failure and the data of the twin tests: tests/support/wide_bits.h).
+// described failure and the data of the serial run tests: tests/support/wide_bits.h).
 
 #include <gtest/gtest.h>
 

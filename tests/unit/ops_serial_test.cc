@@ -1,10 +1,10 @@
 // The GPU algorithm of the deterministic ops (kernels/ops/parallel.h: radix sort by destination,
 // segment offsets, one reduction per destination and column, tree levels, gathers), run by its
-// CPU twin, against the CPU reference (scatter.h, reduce.h, resample.h): equal bits for every
+// serial run, against the CPU reference (scatter.h, reduce.h, resample.h): equal bits for every
 // dtype on random wide-range values with heavy duplication, and the same error for the same bad
 // input. On a GPU, tests/gpu/ops_gpu_test.cc holds the device to the same reference.
 
-#include "kernels/ops/twin.h"
+#include "tests/support/serial_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -28,30 +28,32 @@ using Bytes = std::vector<uint8_t>;
 
 void expectSame(const Bytes& actual, const Bytes& expected, DataType type,
                 const std::string& what) {
-  EXPECT_EQ(testing::bitsDiffer(actual, expected, type, "the twin", "the reference"), "") << what;
+  EXPECT_EQ(testing::bitsDiffer(actual, expected, type, "the serial run", "the reference"), "")
+      << what;
 }
 
-void expectSameError(const Status& twin, const Status& reference, const std::string& what) {
+void expectSameError(const Status& serial, const Status& reference, const std::string& what) {
   EXPECT_FALSE(reference.isOk()) << what;
-  EXPECT_EQ(twin.code(), reference.code()) << what;
-  EXPECT_EQ(twin.message(), reference.message()) << what;
+  EXPECT_EQ(serial.code(), reference.code()) << what;
+  EXPECT_EQ(serial.message(), reference.message()) << what;
 }
 
-TEST(TwinScatterAdd, OneDimensionCarriesValuesThroughTheSort) {
+TEST(SerialScatterAdd, OneDimensionCarriesValuesThroughTheSort) {
   for (DataType t : testing::kAllTypes) {
     const int64_t n = 5000, m = 37;
     const std::vector<int64_t> index = opIndices(n, 0, m, 1);
     const Bytes src = opValues(t, n, 2), base = opValues(t, m, 3);
-    Bytes twin = base, reference = base;
+    Bytes serial = base, reference = base;
     ASSERT_TRUE(
-        twin::scatterAdd(twin.data(), {m}, t, 0, index.data(), {n}, src.data(), {n}).isOk());
+        testing::serial::scatterAdd(serial.data(), {m}, t, 0, index.data(), {n}, src.data(), {n})
+            .isOk());
     ASSERT_TRUE(
         scatterAdd(reference.data(), {m}, t, 0, index.data(), {n}, src.data(), {n}, 2).isOk());
-    expectSame(twin, reference, t, "scatter_add 1-D " + dataTypeName(t));
+    expectSame(serial, reference, t, "scatter_add 1-D " + dataTypeName(t));
   }
 }
 
-TEST(TwinScatterAdd, EveryDimWithSourcesShapedUnlikeTheIndex) {
+TEST(SerialScatterAdd, EveryDimWithSourcesShapedUnlikeTheIndex) {
   const Shape self{6, 5, 7}, src{9, 6, 8};
   for (DataType t : testing::kAllTypes) {
     for (int dim : {0, 1, 2, -1}) {
@@ -61,36 +63,37 @@ TEST(TwinScatterAdd, EveryDimWithSourcesShapedUnlikeTheIndex) {
       const int64_t n = index[0] * index[1] * index[2];
       const std::vector<int64_t> where = opIndices(n, 0, self[d], 10 + d);
       const Bytes s = opValues(t, 9 * 6 * 8, 4), base = opValues(t, 6 * 5 * 7, 5);
-      Bytes twin = base, reference = base;
-      ASSERT_TRUE(
-          twin::scatterAdd(twin.data(), self, t, dim, where.data(), index, s.data(), src).isOk());
+      Bytes serial = base, reference = base;
+      ASSERT_TRUE(testing::serial::scatterAdd(serial.data(), self, t, dim, where.data(), index,
+                                              s.data(), src)
+                      .isOk());
       ASSERT_TRUE(
           scatterAdd(reference.data(), self, t, dim, where.data(), index, s.data(), src, 2).isOk());
-      expectSame(twin, reference, t, "scatter_add dim " + std::to_string(dim));
+      expectSame(serial, reference, t, "scatter_add dim " + std::to_string(dim));
     }
   }
 }
 
-TEST(TwinIndexAdd, OuterSlicesAndAlpha) {
+TEST(SerialIndexAdd, OuterSlicesAndAlpha) {
   for (DataType t : testing::kAllTypes) {
     const Shape self{3, 11, 4};
     const int64_t n = 300;
     const std::vector<int64_t> index = opIndices(n, 0, 11, 6);
     const Bytes source = opValues(t, 3 * n * 4, 7), base = opValues(t, 3 * 11 * 4, 8);
     for (double alpha : {1.0, -0.75, 3.0}) {
-      Bytes twin = base, reference = base;
-      ASSERT_TRUE(
-          twin::indexAdd(twin.data(), self, t, 1, index.data(), n, source.data(), {3, n, 4}, alpha)
-              .isOk());
+      Bytes serial = base, reference = base;
+      ASSERT_TRUE(testing::serial::indexAdd(serial.data(), self, t, 1, index.data(), n,
+                                            source.data(), {3, n, 4}, alpha)
+                      .isOk());
       ASSERT_TRUE(indexAdd(reference.data(), self, t, 1, index.data(), n, source.data(), {3, n, 4},
                            alpha, 2)
                       .isOk());
-      expectSame(twin, reference, t, "index_add alpha " + std::to_string(alpha));
+      expectSame(serial, reference, t, "index_add alpha " + std::to_string(alpha));
     }
   }
 }
 
-TEST(TwinUnsortedSegment, SumAndMeanWithDroppedIds) {
+TEST(SerialUnsortedSegment, SumAndMeanWithDroppedIds) {
   for (DataType t : testing::kAllTypes) {
     for (bool mean : {false, true}) {
       const int64_t segments = 13;
@@ -98,37 +101,37 @@ TEST(TwinUnsortedSegment, SumAndMeanWithDroppedIds) {
       std::vector<int64_t> clipped = ids;
       for (int64_t& id : clipped) id = id >= segments ? -1 : id;
       const Bytes data = opValues(t, 40 * 3 * 5, 10);
-      Bytes twin(segments * 5 * dataTypeSize(t)), reference = twin;
-      ASSERT_TRUE(twin::unsortedSegmentReduce(twin.data(), segments, t, data.data(), {40, 3, 5},
-                                              clipped.data(), 2, mean)
+      Bytes serial(segments * 5 * dataTypeSize(t)), reference = serial;
+      ASSERT_TRUE(testing::serial::unsortedSegmentReduce(serial.data(), segments, t, data.data(),
+                                                         {40, 3, 5}, clipped.data(), 2, mean)
                       .isOk());
       ASSERT_TRUE(unsortedSegmentReduce(reference.data(), segments, t, data.data(), {40, 3, 5},
                                         clipped.data(), 2, mean, 2)
                       .isOk());
-      expectSame(twin, reference, t, mean ? "segment mean" : "segment sum");
+      expectSame(serial, reference, t, mean ? "segment mean" : "segment sum");
     }
   }
 }
 
-TEST(TwinEmbedding, PaddingAndFrequencyScaling) {
+TEST(SerialEmbedding, PaddingAndFrequencyScaling) {
   for (DataType t : testing::kFloatTypes) {
     for (bool byFrequency : {false, true}) {
       const int64_t rows = 20, count = 700, dim = 6;
       const std::vector<int64_t> idx = opIndices(count, 0, rows, 11);
       const Bytes grad = opValues(t, count * dim, 12);
-      Bytes twin(rows * dim * dataTypeSize(t)), reference = twin;
-      ASSERT_TRUE(twin::embeddingBackward(twin.data(), rows, t, grad.data(), count, dim, idx.data(),
-                                          3, byFrequency)
+      Bytes serial(rows * dim * dataTypeSize(t)), reference = serial;
+      ASSERT_TRUE(testing::serial::embeddingBackward(serial.data(), rows, t, grad.data(), count,
+                                                     dim, idx.data(), 3, byFrequency)
                       .isOk());
       ASSERT_TRUE(embeddingBackward(reference.data(), rows, t, grad.data(), count, dim, idx.data(),
                                     3, byFrequency, 2)
                       .isOk());
-      expectSame(twin, reference, t, byFrequency ? "embedding by frequency" : "embedding");
+      expectSame(serial, reference, t, byFrequency ? "embedding by frequency" : "embedding");
     }
   }
 }
 
-TEST(TwinEmbeddingBag, SumMeanAndPerSampleWeights) {
+TEST(SerialEmbeddingBag, SumMeanAndPerSampleWeights) {
   for (DataType t : testing::kFloatTypes) {
     const int64_t rows = 15, count = 400, dim = 5, bags = 30;
     const std::vector<int64_t> idx = opIndices(count, 0, rows, 13);
@@ -140,44 +143,47 @@ TEST(TwinEmbeddingBag, SumMeanAndPerSampleWeights) {
     for (int mode = 0; mode < 3; ++mode) {
       const bool mean = mode == 1;
       const void* psw = mode == 2 ? weights.data() : nullptr;
-      Bytes twin(rows * dim * dataTypeSize(t)), reference = twin;
-      ASSERT_TRUE(twin::embeddingBagBackward(twin.data(), rows, t, grad.data(), bags, dim,
-                                             idx.data(), count, offsets.data(), mean, psw, 2)
+      Bytes serial(rows * dim * dataTypeSize(t)), reference = serial;
+      ASSERT_TRUE(testing::serial::embeddingBagBackward(serial.data(), rows, t, grad.data(), bags,
+                                                        dim, idx.data(), count, offsets.data(),
+                                                        mean, psw, 2)
                       .isOk());
       ASSERT_TRUE(embeddingBagBackward(reference.data(), rows, t, grad.data(), bags, dim,
                                        idx.data(), count, offsets.data(), mean, psw, 2, 2)
                       .isOk());
-      expectSame(twin, reference, t, "embedding_bag mode " + std::to_string(mode));
+      expectSame(serial, reference, t, "embedding_bag mode " + std::to_string(mode));
     }
   }
 }
 
-TEST(TwinBincount, WeightsAndCounts) {
+TEST(SerialBincount, WeightsAndCounts) {
   const std::vector<int64_t> input = opIndices(3000, 0, 50, 17);
   for (DataType t : testing::kAllTypes) {
     const Bytes weights = opValues(t, 3000, 18);
     int64_t length = 0, referenceLength = 0;
-    Bytes twin(64 * dataTypeSize(t)), reference = twin;
+    Bytes serial(64 * dataTypeSize(t)), reference = serial;
     ASSERT_TRUE(
-        twin::bincount(twin.data(), &length, t, input.data(), 3000, weights.data(), 64).isOk());
+        testing::serial::bincount(serial.data(), &length, t, input.data(), 3000, weights.data(), 64)
+            .isOk());
     ASSERT_TRUE(
         bincount(reference.data(), &referenceLength, t, input.data(), 3000, weights.data(), 64, 2)
             .isOk());
     EXPECT_EQ(length, referenceLength);
-    expectSame(twin, reference, t, "weighted bincount");
+    expectSame(serial, reference, t, "weighted bincount");
   }
   int64_t length = 0;
-  Bytes twin(50 * 8), reference(50 * 8);
-  ASSERT_TRUE(twin::bincount(twin.data(), &length, DataType::kInt64, input.data(), 3000, nullptr, 0)
+  Bytes serial(50 * 8), reference(50 * 8);
+  ASSERT_TRUE(testing::serial::bincount(serial.data(), &length, DataType::kInt64, input.data(),
+                                        3000, nullptr, 0)
                   .isOk());
   ASSERT_EQ(length, 50);
   ASSERT_TRUE(
       bincount(reference.data(), &length, DataType::kInt64, input.data(), 3000, nullptr, 0, 2)
           .isOk());
-  expectSame(twin, reference, DataType::kInt64, "bincount");
+  expectSame(serial, reference, DataType::kInt64, "bincount");
 }
 
-TEST(TwinSum, TreeLevelsEqualTheReferenceForEveryLayout) {
+TEST(SerialSum, TreeLevelsEqualTheReferenceForEveryLayout) {
   const Shape shape{5, 33, 7, 9};
   const std::vector<std::vector<int>> axesList = {{0}, {1}, {3}, {0, 2}, {1, 3}, {0, 1, 2, 3}, {}};
   for (DataType t : testing::kAllTypes) {
@@ -187,28 +193,29 @@ TEST(TwinSum, TreeLevelsEqualTheReferenceForEveryLayout) {
       for (int d = 0; d < 4; ++d) {
         if (std::find(axes.begin(), axes.end(), d) == axes.end()) outCount *= shape[d];
       }
-      Bytes twin(outCount * dataTypeSize(t)), reference = twin;
-      ASSERT_TRUE(twin::sumOverAxes(in.data(), shape, t, axes, twin.data()).isOk());
+      Bytes serial(outCount * dataTypeSize(t)), reference = serial;
+      ASSERT_TRUE(testing::serial::sumOverAxes(in.data(), shape, t, axes, serial.data()).isOk());
       ASSERT_TRUE(sumOverAxes(in.data(), shape, t, axes, reference.data(), 2).isOk());
-      expectSame(twin, reference, t, "sum over " + std::to_string(axes.size()) + " axes");
+      expectSame(serial, reference, t, "sum over " + std::to_string(axes.size()) + " axes");
     }
   }
 }
 
-TEST(TwinBiasAddGrad, LongColumnsNeedManyLevels) {
+TEST(SerialBiasAddGrad, LongColumnsNeedManyLevels) {
   for (DataType t : testing::kFloatTypes) {
     for (bool channelsFirst : {false, true}) {
       const Shape shape = channelsFirst ? Shape{4, 3, 41, 43} : Shape{4, 41, 43, 3};
       const Bytes grad = opValues(t, 4 * 41 * 43 * 3, 20);
-      Bytes twin(3 * dataTypeSize(t)), reference = twin;
-      ASSERT_TRUE(twin::biasAddGrad(grad.data(), shape, t, channelsFirst, twin.data()).isOk());
+      Bytes serial(3 * dataTypeSize(t)), reference = serial;
+      ASSERT_TRUE(
+          testing::serial::biasAddGrad(grad.data(), shape, t, channelsFirst, serial.data()).isOk());
       ASSERT_TRUE(biasAddGrad(grad.data(), shape, t, channelsFirst, reference.data(), 2).isOk());
-      expectSame(twin, reference, t, channelsFirst ? "bias grad NCHW" : "bias grad NHWC");
+      expectSame(serial, reference, t, channelsFirst ? "bias grad NCHW" : "bias grad NHWC");
     }
   }
 }
 
-TEST(TwinResample, BilinearAndMaxPool) {
+TEST(SerialResample, BilinearAndMaxPool) {
   for (DataType t : testing::kFloatTypes) {
     Bilinear s;
     s.planes = 3;
@@ -219,10 +226,10 @@ TEST(TwinResample, BilinearAndMaxPool) {
     for (bool align : {false, true}) {
       s.alignCorners = align;
       const Bytes grad = opValues(t, 3 * 16 * 3, 21);
-      Bytes twin(3 * 7 * 5 * dataTypeSize(t)), reference = twin;
-      ASSERT_TRUE(twin::bilinear2dBackward(twin.data(), grad.data(), t, s).isOk());
+      Bytes serial(3 * 7 * 5 * dataTypeSize(t)), reference = serial;
+      ASSERT_TRUE(testing::serial::bilinear2dBackward(serial.data(), grad.data(), t, s).isOk());
       ASSERT_TRUE(bilinear2dBackward(reference.data(), grad.data(), t, s, 2).isOk());
-      expectSame(twin, reference, t, "bilinear backward");
+      expectSame(serial, reference, t, "bilinear backward");
     }
     Pool2d p;
     p.planes = 4;
@@ -239,50 +246,53 @@ TEST(TwinResample, BilinearAndMaxPool) {
     const Bytes in = opValues(t, 4 * 13 * 11, 22), grad = opValues(t, 4 * oh * ow, 23);
     Bytes out(4 * oh * ow * dataTypeSize(t)), reference = out;
     std::vector<int64_t> index(4 * oh * ow), referenceIndex = index;
-    ASSERT_TRUE(twin::maxPool2d(out.data(), index.data(), in.data(), t, p).isOk());
+    ASSERT_TRUE(testing::serial::maxPool2d(out.data(), index.data(), in.data(), t, p).isOk());
     ASSERT_TRUE(maxPool2d(reference.data(), referenceIndex.data(), in.data(), t, p, 2).isOk());
     expectSame(out, reference, t, "max_pool2d");
     EXPECT_EQ(index, referenceIndex);
-    Bytes twin(4 * 13 * 11 * dataTypeSize(t)), back = twin;
-    ASSERT_TRUE(twin::maxPool2dBackward(twin.data(), grad.data(), index.data(), t, p).isOk());
+    Bytes serial(4 * 13 * 11 * dataTypeSize(t)), back = serial;
+    ASSERT_TRUE(
+        testing::serial::maxPool2dBackward(serial.data(), grad.data(), index.data(), t, p).isOk());
     ASSERT_TRUE(maxPool2dBackward(back.data(), grad.data(), index.data(), t, p, 2).isOk());
-    expectSame(twin, back, t, "max_pool2d backward");
+    expectSame(serial, back, t, "max_pool2d backward");
   }
 }
 
-TEST(TwinErrors, TheSameInputIsRefusedInTheSameWords) {
+TEST(SerialErrors, TheSameInputIsRefusedInTheSameWords) {
   const DataType f = DataType::kFloat32;
   std::vector<float> self(10), src(6, 1.0f);
   std::vector<int64_t> bad{1, 2, 10, 3, -1, 4};
-  expectSameError(twin::scatterAdd(self.data(), {10}, f, 0, bad.data(), {6}, src.data(), {6}),
-                  scatterAdd(self.data(), {10}, f, 0, bad.data(), {6}, src.data(), {6}, 1),
-                  "scatter_add 1-D");
+  expectSameError(
+      testing::serial::scatterAdd(self.data(), {10}, f, 0, bad.data(), {6}, src.data(), {6}),
+      scatterAdd(self.data(), {10}, f, 0, bad.data(), {6}, src.data(), {6}, 1), "scatter_add 1-D");
   std::vector<float> grid(12), gsrc(12, 1.0f);
   std::vector<int64_t> badGrid{0, 1, 2, 0, 1, 7, 0, 0, 0, 0, 0, 0};
   expectSameError(
-      twin::scatterAdd(grid.data(), {3, 4}, f, 0, badGrid.data(), {3, 4}, gsrc.data(), {3, 4}),
+      testing::serial::scatterAdd(grid.data(), {3, 4}, f, 0, badGrid.data(), {3, 4}, gsrc.data(),
+                                  {3, 4}),
       scatterAdd(grid.data(), {3, 4}, f, 0, badGrid.data(), {3, 4}, gsrc.data(), {3, 4}, 1),
       "scatter_add 2-D");
   EXPECT_EQ(grid, std::vector<float>(12));
-  expectSameError(twin::indexAdd(self.data(), {10}, f, 0, bad.data(), 6, src.data(), {6}, 1.0),
-                  indexAdd(self.data(), {10}, f, 0, bad.data(), 6, src.data(), {6}, 1.0, 1),
-                  "index_add");
   expectSameError(
-      twin::embeddingBackward(self.data(), 5, f, src.data(), 6, 1, bad.data(), -1, false),
-      embeddingBackward(self.data(), 5, f, src.data(), 6, 1, bad.data(), -1, false, 1),
-      "embedding");
+      testing::serial::indexAdd(self.data(), {10}, f, 0, bad.data(), 6, src.data(), {6}, 1.0),
+      indexAdd(self.data(), {10}, f, 0, bad.data(), 6, src.data(), {6}, 1.0, 1), "index_add");
+  expectSameError(testing::serial::embeddingBackward(self.data(), 5, f, src.data(), 6, 1,
+                                                     bad.data(), -1, false),
+                  embeddingBackward(self.data(), 5, f, src.data(), 6, 1, bad.data(), -1, false, 1),
+                  "embedding");
   std::vector<int64_t> ok{0, 1, 2, 3, 4, 0}, offsets{0, 4, 2};
-  expectSameError(twin::embeddingBagBackward(self.data(), 5, f, src.data(), 3, 1, ok.data(), 6,
-                                             offsets.data(), false, nullptr, -1),
-                  embeddingBagBackward(self.data(), 5, f, src.data(), 3, 1, ok.data(), 6,
-                                       offsets.data(), false, nullptr, -1, 1),
-                  "embedding_bag offsets");
+  expectSameError(
+      testing::serial::embeddingBagBackward(self.data(), 5, f, src.data(), 3, 1, ok.data(), 6,
+                                            offsets.data(), false, nullptr, -1),
+      embeddingBagBackward(self.data(), 5, f, src.data(), 3, 1, ok.data(), 6, offsets.data(), false,
+                           nullptr, -1, 1),
+      "embedding_bag offsets");
   int64_t length = 0;
-  expectSameError(twin::bincount(self.data(), &length, f, bad.data(), 6, src.data(), 0),
+  expectSameError(testing::serial::bincount(self.data(), &length, f, bad.data(), 6, src.data(), 0),
                   bincount(self.data(), &length, f, bad.data(), 6, src.data(), 0, 1), "bincount");
-  expectSameError(twin::sumOverAxes(src.data(), {2, 3}, f, {0, -2}, self.data()),
+  expectSameError(testing::serial::sumOverAxes(src.data(), {2, 3}, f, {0, -2}, self.data()),
                   sumOverAxes(src.data(), {2, 3}, f, {0, -2}, self.data(), 1), "sum");
-  expectSameError(twin::biasAddGrad(src.data(), {6}, f, false, self.data()),
+  expectSameError(testing::serial::biasAddGrad(src.data(), {6}, f, false, self.data()),
                   biasAddGrad(src.data(), {6}, f, false, self.data(), 1), "bias_add_grad");
   EXPECT_EQ(self, std::vector<float>(10));
   Pool2d pool;
@@ -296,9 +306,10 @@ TEST(TwinErrors, TheSameInputIsRefusedInTheSameWords) {
   for (int64_t wrong : {int64_t{2}, int64_t{-1}, int64_t{36}}) {  // the next window's, outside
     std::vector<int64_t> broken = index;
     broken[13] = wrong;
-    expectSameError(twin::maxPool2dBackward(back.data(), grad.data(), broken.data(), f, pool),
-                    maxPool2dBackward(back.data(), grad.data(), broken.data(), f, pool, 1),
-                    "max_pool2d_backward index " + std::to_string(wrong));
+    expectSameError(
+        testing::serial::maxPool2dBackward(back.data(), grad.data(), broken.data(), f, pool),
+        maxPool2dBackward(back.data(), grad.data(), broken.data(), f, pool, 1),
+        "max_pool2d_backward index " + std::to_string(wrong));
   }
   EXPECT_EQ(back, std::vector<float>(72, 0.0f));
 }

@@ -1,9 +1,10 @@
 #pragma once
 
-// The host as an executor of data-parallel bodies (kernels/ops/parallel.h,
-// kernels/reduce_parallel.h): what the GPU formulations' CPU twins run on. Scratch from the heap,
-// a body called for each index in turn (so the grid's indices run in an order no GPU would use,
-// which the bits must not notice: the indices run backwards), a stable sort.
+// The serial executor: the host running the device's data-parallel bodies (kernels/ops/parallel.h,
+// kernels/reduce_parallel.h) one grid index at a time, so that CI, which has no GPU, tests the very
+// formulation the GPU runs. Scratch from the heap, a body called for each index in turn (so the
+// grid's indices run in an order no GPU would use, which the bits must not notice: the indices run
+// backwards), a stable sort in place of the device's radix sort. Tests only.
 
 #include <algorithm>
 #include <cstdint>
@@ -14,9 +15,9 @@
 
 #include "common/status.h"
 
-namespace detcoll::kernels {
+namespace detcoll::testing {
 
-class HostExecutor {
+class SerialExecutor {
  public:
   template <typename T>
   T* alloc(int64_t n) {
@@ -59,4 +60,4 @@ class HostExecutor {
   std::vector<std::unique_ptr<unsigned char[]>> buffers_;
 };
 
-}  // namespace detcoll::kernels
+}  // namespace detcoll::testing

@@ -1,9 +1,9 @@
-// kernels/reduce_parallel.h on the host executor (kernels/host_executor.h): the GPU data path's
-// kernel bodies, run as their CPU twins, against the CPU reference kernels of kernels/fold.h and
-// kernels/fixed_point.h, bit for bit. Every dtype and op, 1 to 70 pieces, lengths that leave
-// vector tails, 16-byte aligned buffers (the vector path) and buffers shifted by one element (the
-// scalar path), in place; random non-integer inputs over the whole exponent range of the dtype
-// with zeros, -0, subnormals and, in some runs, infinities and NaNs.
+// kernels/reduce_parallel.h on the host executor (tests/support/serial_executor.h): the GPU data
+// path's kernel bodies, run as their serial runs, against the CPU reference kernels of
+// kernels/fold.h and kernels/fixed_point.h, bit for bit. Every dtype and op, 1 to 70 pieces,
+// lengths that leave vector tails, 16-byte aligned buffers (the vector path) and buffers shifted by
+// one element (the scalar path), in place; random non-integer inputs over the whole exponent range
+// of the dtype with zeros, -0, subnormals and, in some runs, infinities and NaNs.
 
 #include "kernels/reduce_parallel.h"
 
@@ -20,9 +20,9 @@
 #include "common/dtype.h"
 #include "kernels/fixed_point.h"
 #include "kernels/fold.h"
-#include "kernels/host_executor.h"
 #include "tests/support/codec_reference.h"
 #include "tests/support/reference.h"
+#include "tests/support/serial_executor.h"
 #include "tests/support/wide_bits.h"
 
 namespace detcoll {
@@ -45,7 +45,7 @@ using testing::slabsOf;
 using testing::wideLeaves;
 
 static_assert(par::kCountBits == testing::kNonFiniteCountBits,
-              "tests/support/codec_reference.h packs the non-finite counts as the twins do");
+              "tests/support/codec_reference.h packs the non-finite counts as the serial runs do");
 
 // The inputs still hold what they were given (all but input `skip`), and their guards are intact.
 ::testing::AssertionResult inputsUnchanged(const std::vector<Slab>& slabs,
@@ -62,21 +62,23 @@ static_assert(par::kCountBits == testing::kNonFiniteCountBits,
   return ::testing::AssertionSuccess();
 }
 
-// A twin kernel call on the host executor: writes `out` from the inputs `in`.
-using TwinCall = std::function<void(kernels::HostExecutor&, uint8_t* out, const void* const* in)>;
+// A serial kernel call on the host executor: writes `out` from the inputs `in`.
+using SerialCall =
+    std::function<void(testing::SerialExecutor&, uint8_t* out, const void* const* in)>;
 
 // Runs `call` on copies of `inputs` (elements of es bytes) laid out as `layout`, into an output
 // of its own (inPlace < 0) or over input inPlace, and checks that it succeeded, that the output
 // holds what `expected` says, that nothing was written around the output and that the other
 // inputs are unchanged.
-::testing::AssertionResult twinGives(const std::vector<Buffer>& inputs, size_t es, Layout layout,
-                                     int inPlace, const Expected& expected, const TwinCall& call) {
+::testing::AssertionResult serialGives(const std::vector<Buffer>& inputs, size_t es, Layout layout,
+                                       int inPlace, const Expected& expected,
+                                       const SerialCall& call) {
   const size_t outEs = expected.elementBytes();
   std::vector<Slab> in = slabsOf(inputs, layout, es);
   Slab separate(inPlace >= 0 ? 0 : expected.count * outEs,
                 testing::shiftOf(layout, true, 0, outEs));
   Slab& out = inPlace >= 0 ? in[inPlace] : separate;
-  kernels::HostExecutor e;
+  testing::SerialExecutor e;
   call(e, out.data(), pointersOf(in).data());
   if (!e.status().isOk()) return ::testing::AssertionFailure() << e.status().toString();
   ::testing::AssertionResult same = expected.heldBy(out.data());
@@ -94,9 +96,9 @@ constexpr size_t kCounts[] = {0, 1, 7, 8, 9, 33, 1031, 2053};
 
 // ---- the rank-order fold ------------------------------------------------------------------------
 
-class ReduceTwinFoldTest : public ::testing::TestWithParam<std::tuple<DataType, ReduceOp>> {};
+class ReduceSerialFoldTest : public ::testing::TestWithParam<std::tuple<DataType, ReduceOp>> {};
 
-TEST_P(ReduceTwinFoldTest, MatchesCpuFold) {
+TEST_P(ReduceSerialFoldTest, MatchesCpuFold) {
   const auto [type, op] = GetParam();
   const size_t es = dataTypeSize(type);
   uint64_t seed = 0;
@@ -104,13 +106,13 @@ TEST_P(ReduceTwinFoldTest, MatchesCpuFold) {
     const auto leaves = wideLeaves(type, k, count, ++seed + 1000 * k, specials);
     for (int64_t divisor :
          op == ReduceOp::kAverage ? std::vector<int64_t>{k, 3, 7} : std::vector<int64_t>{1}) {
-      const TwinCall fold = [&](kernels::HostExecutor& e, uint8_t* out, const void* const* in) {
+      const SerialCall fold = [&](testing::SerialExecutor& e, uint8_t* out, const void* const* in) {
         par::foldRankOrder(e, out, in, k, count, type, op, divisor);
       };
       Buffer want(count * es);
       kernels::foldRankOrder(want.data(), pointersOf(leaves).data(), k, count, type, op, divisor);
       for (Layout layout : kLayouts) {
-        ASSERT_TRUE(twinGives(leaves, es, layout, -1, {want, count, type}, fold))
+        ASSERT_TRUE(serialGives(leaves, es, layout, -1, {want, count, type}, fold))
             << label(type, op) << " k=" << k << " count=" << count << " divisor=" << divisor << " "
             << layoutName(layout) << (specials ? " with inf/NaN" : "");
       }
@@ -118,7 +120,7 @@ TEST_P(ReduceTwinFoldTest, MatchesCpuFold) {
   });
 }
 
-TEST_P(ReduceTwinFoldTest, InPlaceOverEachInput) {
+TEST_P(ReduceSerialFoldTest, InPlaceOverEachInput) {
   const auto [type, op] = GetParam();
   const size_t es = dataTypeSize(type);
   uint64_t seed = 0;
@@ -128,12 +130,12 @@ TEST_P(ReduceTwinFoldTest, InPlaceOverEachInput) {
       const auto leaves = wideLeaves(type, k, count, ++seed + 77 * k, isFloatType(type));
       Buffer want(count * es);
       kernels::foldRankOrder(want.data(), pointersOf(leaves).data(), k, count, type, op, divisor);
-      const TwinCall fold = [&](kernels::HostExecutor& e, uint8_t* out, const void* const* in) {
+      const SerialCall fold = [&](testing::SerialExecutor& e, uint8_t* out, const void* const* in) {
         par::foldRankOrder(e, out, in, k, count, type, op, divisor);
       };
       for (int j : {0, k / 2, k - 1}) {
         for (Layout layout : {Layout::kAligned, Layout::kAllShifted}) {
-          ASSERT_TRUE(twinGives(leaves, es, layout, j, {want, count, type}, fold))
+          ASSERT_TRUE(serialGives(leaves, es, layout, j, {want, count, type}, fold))
               << label(type, op) << " k=" << k << " count=" << count << " out=input " << j << " "
               << layoutName(layout);
         }
@@ -142,7 +144,7 @@ TEST_P(ReduceTwinFoldTest, InPlaceOverEachInput) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceTwinFoldTest,
+INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceSerialFoldTest,
                          ::testing::Combine(::testing::ValuesIn(testing::kAllTypes),
                                             ::testing::ValuesIn(testing::kAllOps)),
                          [](const auto& info) {
@@ -151,9 +153,9 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceTwinFoldTest,
 
 // ---- exponent keys ------------------------------------------------------------------------------
 
-class ReduceTwinKeysTest : public ::testing::TestWithParam<DataType> {};
+class ReduceSerialKeysTest : public ::testing::TestWithParam<DataType> {};
 
-TEST_P(ReduceTwinKeysTest, KeyWidthIsTheCodecs) {
+TEST_P(ReduceSerialKeysTest, KeyWidthIsTheCodecs) {
   const DataType type = GetParam();
   EXPECT_EQ(kernels::exponentKeyBytes(type), type == DataType::kFloat64 ? 2u : 1u);
   kernels::visitType(type, [&](auto tag) {
@@ -162,7 +164,7 @@ TEST_P(ReduceTwinKeysTest, KeyWidthIsTheCodecs) {
   });
 }
 
-TEST_P(ReduceTwinKeysTest, LocalMaxKeysMatchCpu) {
+TEST_P(ReduceSerialKeysTest, LocalMaxKeysMatchCpu) {
   const DataType type = GetParam();
   const size_t es = dataTypeSize(type);
   const size_t kb = kernels::exponentKeyBytes(type);
@@ -178,7 +180,7 @@ TEST_P(ReduceTwinKeysTest, LocalMaxKeysMatchCpu) {
       std::vector<Slab> in = slabsOf(leaves, layout, es);
       // Keys are written one by one: an odd address is fine.
       Slab keys(count * kb, testing::shiftOf(layout, true, 0, 1));
-      kernels::HostExecutor e;
+      testing::SerialExecutor e;
       par::localMaxKeys(e, keys.data(), pointersOf(in).data(), nleaves, count, type);
       ASSERT_TRUE(e.status().isOk()) << e.status().toString();
       ASSERT_TRUE(testing::sameKeys(keys.data(), want.data(), count, kb));
@@ -188,7 +190,7 @@ TEST_P(ReduceTwinKeysTest, LocalMaxKeysMatchCpu) {
   });
 }
 
-TEST_P(ReduceTwinKeysTest, FoldMaxKeysMatchCpu) {
+TEST_P(ReduceSerialKeysTest, FoldMaxKeysMatchCpu) {
   const DataType type = GetParam();
   const size_t kb = kernels::exponentKeyBytes(type);
   const uint32_t special = kernels::nonFiniteKey(type);
@@ -200,13 +202,14 @@ TEST_P(ReduceTwinKeysTest, FoldMaxKeysMatchCpu) {
           testing::randomKeys(p, count, kb, special, ++seed * 31 + p);
       Buffer want(count * kb);
       kernels::foldMaxKeys(want.data(), pointersOf(pieces).data(), p, count, type);
-      const TwinCall keyMax = [&](kernels::HostExecutor& e, uint8_t* out, const void* const* in) {
+      const SerialCall keyMax = [&](testing::SerialExecutor& e, uint8_t* out,
+                                    const void* const* in) {
         par::foldMaxKeys(e, out, in, p, count, type);
       };
       // The first piece one key off (the output aligned).
       for (int inPlace = -1; inPlace < p; inPlace += std::max(1, p / 2)) {
-        ASSERT_TRUE(twinGives(pieces, kb, Layout::kFirstInShifted, inPlace, {want, count, type, kb},
-                              keyMax))
+        ASSERT_TRUE(serialGives(pieces, kb, Layout::kFirstInShifted, inPlace,
+                                {want, count, type, kb}, keyMax))
             << dataTypeName(type) << " p=" << p << " count=" << count
             << (inPlace >= 0 ? " out=piece " + std::to_string(inPlace) : " out of place");
       }
@@ -214,7 +217,8 @@ TEST_P(ReduceTwinKeysTest, FoldMaxKeysMatchCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(FloatTypes, ReduceTwinKeysTest, ::testing::ValuesIn(testing::kFloatTypes),
+INSTANTIATE_TEST_SUITE_P(FloatTypes, ReduceSerialKeysTest,
+                         ::testing::ValuesIn(testing::kFloatTypes),
                          [](const auto& info) { return dataTypeName(info.param); });
 
 // ---- encodings and their decoding ---------------------------------------------------------------
@@ -224,9 +228,9 @@ std::vector<Buffer> slice(const std::vector<Buffer>& leaves, int begin, int end)
   return std::vector<Buffer>(leaves.begin() + begin, leaves.begin() + end);
 }
 
-class ReduceTwinEncodeTest : public ::testing::TestWithParam<DataType> {};
+class ReduceSerialEncodeTest : public ::testing::TestWithParam<DataType> {};
 
-TEST_P(ReduceTwinEncodeTest, EncodingsMatchCpuAndCarryNonFiniteCounts) {
+TEST_P(ReduceSerialEncodeTest, EncodingsMatchCpuAndCarryNonFiniteCounts) {
   const DataType type = GetParam();
   const size_t es = dataTypeSize(type);
   uint64_t seed = 0;
@@ -238,15 +242,16 @@ TEST_P(ReduceTwinEncodeTest, EncodingsMatchCpuAndCarryNonFiniteCounts) {
     const Buffer keys = testing::cpuKeys(all, count, type);
     for (int groupEnd : {total, (total + 1) / 2}) {
       const auto group = slice(all, 0, groupEnd);
-      // Where the key is the non-finite key, the twin carries the packed counts.
+      // Where the key is the non-finite key, the serial run carries the packed counts.
       const Buffer want =
           testing::bytesOf(testing::expectedEncoding(group, keys, count, type, &specialElements));
-      const TwinCall encode = [&](kernels::HostExecutor& e, uint8_t* out, const void* const* in) {
+      const SerialCall encode = [&](testing::SerialExecutor& e, uint8_t* out,
+                                    const void* const* in) {
         par::encodeLeaves(e, reinterpret_cast<int64_t*>(out), in, groupEnd, keys.data(), count,
                           type);
       };
       for (Layout layout : {Layout::kAligned, Layout::kAllShifted, Layout::kFirstInShifted}) {
-        ASSERT_TRUE(twinGives(group, es, layout, -1, {want, count, DataType::kInt64}, encode))
+        ASSERT_TRUE(serialGives(group, es, layout, -1, {want, count, DataType::kInt64}, encode))
             << dataTypeName(type) << " leaves " << groupEnd << " of " << total << " count=" << count
             << " " << layoutName(layout) << (specials ? " with inf/NaN" : "");
       }
@@ -257,12 +262,12 @@ TEST_P(ReduceTwinEncodeTest, EncodingsMatchCpuAndCarryNonFiniteCounts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceTwinEncodeTest, ::testing::ValuesIn(testing::kAllTypes),
+INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceSerialEncodeTest, ::testing::ValuesIn(testing::kAllTypes),
                          [](const auto& info) { return dataTypeName(info.param); });
 
-class ReduceTwinDecodeTest : public ::testing::TestWithParam<DataType> {};
+class ReduceSerialDecodeTest : public ::testing::TestWithParam<DataType> {};
 
-TEST_P(ReduceTwinDecodeTest, DecodedSumsMatchCpuDecodeAndNonFinite) {
+TEST_P(ReduceSerialDecodeTest, DecodedSumsMatchCpuDecodeAndNonFinite) {
   const DataType type = GetParam();
   const size_t es = dataTypeSize(type);
   uint64_t seed = 0;
@@ -277,17 +282,17 @@ TEST_P(ReduceTwinDecodeTest, DecodedSumsMatchCpuDecodeAndNonFinite) {
           const auto all = wideLeaves(type, total, count, seed + 700 * total, specials);
           const Buffer keys = testing::cpuKeys(all, count, type);
           const std::vector<int> cuts = testing::groupBoundaries(total, p, g);
-          // p pieces: each group's leaves encoded by the twin (the CPU reference encodes them
+          // p pieces: each group's leaves encoded by the serial run (the CPU reference encodes them
           // itself).
-          std::vector<std::vector<int64_t>> twinPieces(p, std::vector<int64_t>(count + 1));
-          std::vector<const int64_t*> twinPointers;
+          std::vector<std::vector<int64_t>> serialPieces(p, std::vector<int64_t>(count + 1));
+          std::vector<const int64_t*> serialPointers;
           for (int j = 0; j < p; ++j) {
             const auto group = slice(all, cuts[j], cuts[j + 1]);
-            kernels::HostExecutor e;
-            par::encodeLeaves(e, twinPieces[j].data(), pointersOf(group).data(),
+            testing::SerialExecutor e;
+            par::encodeLeaves(e, serialPieces[j].data(), pointersOf(group).data(),
                               cuts[j + 1] - cuts[j], keys.data(), count, type);
             ASSERT_TRUE(e.status().isOk()) << e.status().toString();
-            twinPointers.push_back(twinPieces[j].data());
+            serialPointers.push_back(serialPieces[j].data());
           }
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
             const Buffer want = testing::decodedReference(all, cuts, keys, count, type, op);
@@ -297,8 +302,8 @@ TEST_P(ReduceTwinDecodeTest, DecodedSumsMatchCpuDecodeAndNonFinite) {
                            (shifted ? " out shifted" : " out aligned") +
                            (specials ? " with inf/NaN" : ""));
               Slab out(count * es, shifted ? es : 0);
-              kernels::HostExecutor e;
-              par::decodeSums(e, out.data(), twinPointers.data(), p, keys.data(), count, type, op,
+              testing::SerialExecutor e;
+              par::decodeSums(e, out.data(), serialPointers.data(), p, keys.data(), count, type, op,
                               total);
               ASSERT_TRUE(e.status().isOk()) << e.status().toString();
               ASSERT_TRUE(sameBits(out.data(), want.data(), count, type));
@@ -311,15 +316,15 @@ TEST_P(ReduceTwinDecodeTest, DecodedSumsMatchCpuDecodeAndNonFinite) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceTwinDecodeTest, ::testing::ValuesIn(testing::kAllTypes),
+INSTANTIATE_TEST_SUITE_P(AllTypes, ReduceSerialDecodeTest, ::testing::ValuesIn(testing::kAllTypes),
                          [](const auto& info) { return dataTypeName(info.param); });
 
 // ---- the invariant reduction of leaves held in one place ----------------------------------------
 
-class ReduceTwinInvariantLocalTest
+class ReduceSerialInvariantLocalTest
     : public ::testing::TestWithParam<std::tuple<DataType, ReduceOp>> {};
 
-TEST_P(ReduceTwinInvariantLocalTest, MatchesCpuOutOfPlaceInPlaceAndPermuted) {
+TEST_P(ReduceSerialInvariantLocalTest, MatchesCpuOutOfPlaceInPlaceAndPermuted) {
   const auto [type, op] = GetParam();
   const size_t es = dataTypeSize(type);
   uint64_t seed = 0;
@@ -335,18 +340,19 @@ TEST_P(ReduceTwinInvariantLocalTest, MatchesCpuOutOfPlaceInPlaceAndPermuted) {
         Buffer want(count * es);
         kernels::invariantReduceLocal(want.data(), pointersOf(leaves).data(), nleaves, count, type,
                                       op);
-        const TwinCall reduce = [&](kernels::HostExecutor& e, uint8_t* out, const void* const* in) {
+        const SerialCall reduce = [&](testing::SerialExecutor& e, uint8_t* out,
+                                      const void* const* in) {
           par::invariantReduceLocal(e, out, in, nleaves, count, type, op);
         };
         for (Layout layout : kLayouts) {
           const std::string where = label(type, op) + " nleaves=" + std::to_string(nleaves) +
                                     " count=" + std::to_string(count) + " " + layoutName(layout) +
                                     (specials ? " with inf/NaN" : "");
-          ASSERT_TRUE(twinGives(leaves, es, layout, -1, {want, count, type}, reduce))
+          ASSERT_TRUE(serialGives(leaves, es, layout, -1, {want, count, type}, reduce))
               << where << " out of place";
           if (layout == Layout::kOutShifted) continue;  // in place: out is a leaf
           const int j = static_cast<int>(seed % nleaves);
-          ASSERT_TRUE(twinGives(leaves, es, layout, j, {want, count, type}, reduce))
+          ASSERT_TRUE(serialGives(leaves, es, layout, j, {want, count, type}, reduce))
               << where << " in place over leaf " << j;
         }
         // The result depends on the multiset of leaves only: the leaves in another order.
@@ -356,7 +362,7 @@ TEST_P(ReduceTwinInvariantLocalTest, MatchesCpuOutOfPlaceInPlaceAndPermuted) {
         SCOPED_TRACE(label(type, op) + " nleaves=" + std::to_string(nleaves) +
                      " count=" + std::to_string(count) + " leaves permuted");
         Buffer out(count * es);
-        kernels::HostExecutor e;
+        testing::SerialExecutor e;
         par::invariantReduceLocal(e, out.data(), pointersOf(permuted).data(), nleaves, count, type,
                                   op);
         ASSERT_TRUE(sameBits(out.data(), want.data(), count, type));
@@ -365,7 +371,7 @@ TEST_P(ReduceTwinInvariantLocalTest, MatchesCpuOutOfPlaceInPlaceAndPermuted) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceTwinInvariantLocalTest,
+INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceSerialInvariantLocalTest,
                          ::testing::Combine(::testing::ValuesIn(testing::kAllTypes),
                                             ::testing::ValuesIn(testing::kAllOps)),
                          [](const auto& info) {

@@ -1,26 +1,27 @@
-#include "kernels/ops/twin.h"
+#include "tests/support/serial_ops.h"
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <numeric>
 
-#include "kernels/host_executor.h"
 #include "kernels/ops/parallel.h"
+#include "tests/support/serial_executor.h"
 
-namespace detcoll::ops::twin {
+namespace detcoll::testing::serial {
 
-using kernels::HostExecutor;
+using testing::SerialExecutor;
+namespace parallel = ops::parallel;
 
 Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                   const Shape& indexShape, const void* src, const Shape& srcShape) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::scatterAdd(e, self, selfShape, type, dim, index, indexShape, src, srcShape);
 }
 
 Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                 int64_t indexCount, const void* source, const Shape& sourceShape, double alpha) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::indexAdd(e, self, selfShape, type, dim, index, indexCount, source, sourceShape,
                             alpha);
 }
@@ -28,7 +29,7 @@ Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, cons
 Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const void* data,
                              const Shape& dataShape, const int64_t* segmentIds, int idDims,
                              bool mean) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::unsortedSegmentReduce(e, out, segments, type, data, dataShape, segmentIds,
                                          idDims, mean);
 }
@@ -36,7 +37,7 @@ Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const v
 Status embeddingBackward(void* gradWeight, int64_t numWeights, DataType type,
                          const void* gradOutput, int64_t count, int64_t dim, const int64_t* indices,
                          int64_t paddingIdx, bool scaleGradByFreq) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::embeddingBackward(e, gradWeight, numWeights, type, gradOutput, count, dim,
                                      indices, paddingIdx, scaleGradByFreq);
 }
@@ -45,7 +46,7 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
                             const void* gradOutput, int64_t bags, int64_t dim,
                             const int64_t* indices, int64_t count, const int64_t* offsets,
                             bool mean, const void* perSampleWeights, int64_t paddingIdx) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::embeddingBagBackward(e, gradWeight, numWeights, type, gradOutput, bags, dim,
                                         indices, count, offsets, mean, perSampleWeights,
                                         paddingIdx);
@@ -53,37 +54,37 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
 
 Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
                 const void* weights, int64_t minlength) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::bincount(e, out, outLength, type, input, count, weights, minlength);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::sumOverAxes(e, in, shape, type, std::move(axes), out);
 }
 
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
                    void* out) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::biasAddGrad(e, grad, shape, type, channelsFirst, out);
 }
 
 Status bilinear2dBackward(void* gradInput, const void* gradOutput, DataType type,
                           const Bilinear& shape) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::bilinear2dBackward(e, gradInput, gradOutput, type, shape);
 }
 
 Status maxPool2d(void* out, int64_t* indices, const void* in, DataType type, const Pool2d& pool) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::maxPool2d(e, out, indices, in, type, pool);
 }
 
 Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
                          DataType type, const Pool2d& pool) {
-  HostExecutor e;
+  SerialExecutor e;
   return parallel::maxPool2dBackward(e, gradInput, gradOutput, indices, type, pool);
 }
 
-}  // namespace detcoll::ops::twin
+}  // namespace detcoll::testing::serial

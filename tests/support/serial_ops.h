@@ -1,6 +1,6 @@
 #pragma once
 
-// The CPU twin of the CUDA ops: the data-parallel formulation of parallel.h (sort, segment
+// The serial run of the CUDA ops: the data-parallel formulation of parallel.h (sort, segment
 // offsets, per-destination reduction, tree levels, gathers) run on the host, one body call per
 // grid index, with a stable sort in place of the device radix sort. It exists to test the GPU
 // algorithm where there is no GPU: its results must equal the CPU reference's bit for bit, and
@@ -15,7 +15,11 @@
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 
-namespace detcoll::ops::twin {
+namespace detcoll::testing::serial {
+
+using ops::Bilinear;
+using ops::Pool2d;
+using ops::Shape;
 
 Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                   const Shape& indexShape, const void* src, const Shape& srcShape);
@@ -43,4 +47,4 @@ Status maxPool2d(void* out, int64_t* indices, const void* in, DataType type, con
 Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
                          DataType type, const Pool2d& pool);
 
-}  // namespace detcoll::ops::twin
+}  // namespace detcoll::testing::serial

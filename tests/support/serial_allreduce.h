@@ -1,7 +1,7 @@
 #pragma once
 
-// The CPU twin of the GPU data path's allreduce: collective/device_pipeline.h, the very schedule
-// and kernel bodies the device runs, executed on the host (kernels/host_executor.h) over a
+// The serial run of the GPU data path's allreduce: collective/device_pipeline.h, the very schedule
+// and kernel bodies the device runs, executed on the host (tests/support/serial_executor.h) over a
 // host transport. It exists so that the GPU algorithm is tested where there is no GPU: its bits
 // must equal the CPU path's for every mode, dtype, op, world size and split.
 
@@ -11,12 +11,17 @@
 #include "collective/communicator.h"
 #include "collective/device_transport.h"
 
-namespace detcoll::collective {
+namespace detcoll::testing {
+
+using collective::Communicator;
+using collective::DeviceTransport;
+using collective::RecvSpec;
+using collective::SendSpec;
 
 // deviceAllreduce (collective/device_allreduce.h) on host buffers.
-Status twinAllreduce(DeviceTransport& transport, Mode mode, const void* const* leaves, int nleaves,
-                     void* recv, size_t count, DataType type, ReduceOp op, int64_t totalLeaves,
-                     size_t segmentBytes);
+Status serialAllreduce(DeviceTransport& transport, Mode mode, const void* const* leaves,
+                       int nleaves, void* recv, size_t count, DataType type, ReduceOp op,
+                       int64_t totalLeaves, size_t segmentBytes);
 
 // The pipeline's transport over a host Communicator (isend/irecv; native: its nativeAllreduce).
 class CommTransport : public DeviceTransport {
@@ -33,4 +38,4 @@ class CommTransport : public DeviceTransport {
   Communicator& comm_;
 };
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::testing

@@ -1,20 +1,24 @@
-#include "collective/twin_allreduce.h"
+#include "tests/support/serial_allreduce.h"
 
 #include <memory>
 #include <vector>
 
 #include "collective/device_pipeline.h"
 #include "collective/tags.h"
-#include "kernels/host_executor.h"
+#include "tests/support/serial_executor.h"
 
-namespace detcoll::collective {
+namespace detcoll::testing {
 
-Status twinAllreduce(DeviceTransport& transport, Mode mode, const void* const* leaves, int nleaves,
-                     void* recv, size_t count, DataType type, ReduceOp op, int64_t totalLeaves,
-                     size_t segmentBytes) {
-  kernels::HostExecutor e;
-  return device_pipeline::allreduce(e, transport, nullptr, mode, leaves, nleaves, recv, count, type,
-                                    op, totalLeaves, segmentBytes);
+using collective::kTagReduceScatter;
+using collective::Request;
+using collective::waitAll;
+
+Status serialAllreduce(DeviceTransport& transport, Mode mode, const void* const* leaves,
+                       int nleaves, void* recv, size_t count, DataType type, ReduceOp op,
+                       int64_t totalLeaves, size_t segmentBytes) {
+  testing::SerialExecutor e;
+  return collective::device_pipeline::allreduce(e, transport, nullptr, mode, leaves, nleaves, recv,
+                                                count, type, op, totalLeaves, segmentBytes);
 }
 
 Status CommTransport::exchange(const std::vector<SendSpec>& sends,
@@ -35,4 +39,4 @@ Status CommTransport::nativeAllreduce(const void* send, void* recv, size_t count
   return comm_.nativeAllreduce(send, recv, count, type, op);
 }
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::testing

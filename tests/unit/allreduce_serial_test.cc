@@ -1,4 +1,4 @@
-// collective/twin_allreduce.h: the GPU data path's allreduce schedule
+// tests/support/serial_allreduce.h: the GPU data path's allreduce schedule
 // (collective/device_pipeline.h) run on the host executor over a CommTransport, with ranks as
 // threads on the thread communicator. Every rank's result has the bits of an independent reference
 // computed on one thread (the rank-order fold for ordered, the local invariant reduction of every
@@ -9,7 +9,7 @@
 // when the leaves move between ranks or the world size changes. Native: exact on integer-valued
 // data.
 
-#include "collective/twin_allreduce.h"
+#include "tests/support/serial_allreduce.h"
 
 #include <gtest/gtest.h>
 
@@ -35,9 +35,9 @@
 namespace detcoll {
 namespace {
 
-using collective::CommTransport;
 using collective::Communicator;
 using testing::Buffer;
+using testing::CommTransport;
 using testing::describe;
 using testing::identity;
 using testing::isFloatType;
@@ -108,9 +108,9 @@ std::string describe(Mode mode, DataType type, ReduceOp op, size_t count,
 }
 
 struct RankOutcome {
-  Status twin;
+  Status serial;
   Status cpu;
-  Buffer twinOut;
+  Buffer serialOut;
   Buffer cpuOut;
   std::string damage;  // what was written that must not have been, "" if nothing
 };
@@ -147,7 +147,7 @@ struct RankBuffers {
   }
 };
 
-// Runs the twin and then (after a barrier) the CPU path of `mode` on every rank.
+// Runs the serial run and then (after a barrier) the CPU path of `mode` on every rank.
 std::vector<RankOutcome> runBoth(Mode mode, const std::vector<Buffer>& leaves,
                                  const Placement& placement, size_t count, DataType type,
                                  ReduceOp op, const Options& o) {
@@ -162,10 +162,10 @@ std::vector<RankOutcome> runBoth(Mode mode, const std::vector<Buffer>& leaves,
     {
       RankBuffers b(leaves, mine, count, type, o);
       CommTransport transport(comm);
-      out.twin = collective::twinAllreduce(transport, mode, b.pointers.data(), n, b.recv.data(),
-                                           count, type, op, total, o.segmentBytes);
-      out.twinOut = b.recv.contents();
-      out.damage += b.damage(leaves, mine, o, "twin");
+      out.serial = testing::serialAllreduce(transport, mode, b.pointers.data(), n, b.recv.data(),
+                                            count, type, op, total, o.segmentBytes);
+      out.serialOut = b.recv.contents();
+      out.damage += b.damage(leaves, mine, o, "serial");
     }
     if (!o.cpuPath) return;
     const Status barrier = comm.barrier();
@@ -211,14 +211,14 @@ void expectEverywhere(const std::vector<RankOutcome>& outcome, const Buffer& exp
                       DataType type, const Options& o) {
   for (size_t r = 0; r < outcome.size(); ++r) {
     const RankOutcome& x = outcome[r];
-    ASSERT_TRUE(x.twin.isOk()) << "rank " << r << " twin: " << x.twin.toString();
+    ASSERT_TRUE(x.serial.isOk()) << "rank " << r << " serial: " << x.serial.toString();
     ASSERT_TRUE(x.damage.empty()) << "rank " << r << ": " << x.damage;
-    ASSERT_TRUE(sameBits(x.twinOut.data(), expected.data(), count, type))
-        << "rank " << r << ": twin vs reference";
+    ASSERT_TRUE(sameBits(x.serialOut.data(), expected.data(), count, type))
+        << "rank " << r << ": serial vs reference";
     if (!o.cpuPath) continue;
     ASSERT_TRUE(x.cpu.isOk()) << "rank " << r << " CPU path: " << x.cpu.toString();
-    ASSERT_TRUE(sameBits(x.twinOut.data(), x.cpuOut.data(), count, type))
-        << "rank " << r << ": twin vs CPU path";
+    ASSERT_TRUE(sameBits(x.serialOut.data(), x.cpuOut.data(), count, type))
+        << "rank " << r << ": serial vs CPU path";
   }
 }
 
@@ -232,9 +232,9 @@ Buffer referenceOf(Mode mode, const std::vector<Buffer>& leaves, const Placement
 
 using GridParam = std::tuple<Mode, DataType>;
 
-class TwinAllreduceGridTest : public ::testing::TestWithParam<GridParam> {};
+class SerialAllreduceGridTest : public ::testing::TestWithParam<GridParam> {};
 
-TEST_P(TwinAllreduceGridTest, EveryRankGetsTheReferenceAndCpuPathBits) {
+TEST_P(SerialAllreduceGridTest, EveryRankGetsTheReferenceAndCpuPathBits) {
   const auto [mode, type] = GetParam();
   uint64_t variant = 0;
   for (int p = 1; p <= 5; ++p) {
@@ -279,13 +279,13 @@ std::string gridName(const ::testing::TestParamInfo<GridParam>& info) {
   return modeName(std::get<0>(info.param)) + "_" + dataTypeName(std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(OrderedAndInvariant, TwinAllreduceGridTest,
+INSTANTIATE_TEST_SUITE_P(OrderedAndInvariant, SerialAllreduceGridTest,
                          ::testing::Combine(::testing::Values(Mode::kOrdered, Mode::kInvariant),
                                             ::testing::ValuesIn(testing::kAllTypes)),
                          gridName);
 
 // A long buffer: many rounds of a mid-size segment, or few of a large one.
-TEST_P(TwinAllreduceGridTest, LongBufferGetsTheReferenceAndCpuPathBits) {
+TEST_P(SerialAllreduceGridTest, LongBufferGetsTheReferenceAndCpuPathBits) {
   const auto [mode, type] = GetParam();
   const size_t count = 100003;
   uint64_t variant = 0;
@@ -313,9 +313,9 @@ TEST_P(TwinAllreduceGridTest, LongBufferGetsTheReferenceAndCpuPathBits) {
 
 // ---- invariant: the bits of the multiset of leaves, wherever the leaves are ---------------------
 
-class TwinAllreduceInvariantTest : public ::testing::TestWithParam<DataType> {};
+class SerialAllreduceInvariantTest : public ::testing::TestWithParam<DataType> {};
 
-TEST_P(TwinAllreduceInvariantTest, SameBitsWhateverTheWorldSizeAndSpread) {
+TEST_P(SerialAllreduceInvariantTest, SameBitsWhateverTheWorldSizeAndSpread) {
   const DataType type = GetParam();
   // Five leaves on 1 to 5 ranks, spread and ordered in several ways (the last placement is one
   // leaf per rank: the pipeline that reduces the leaves themselves).
@@ -352,9 +352,9 @@ TEST_P(TwinAllreduceInvariantTest, SameBitsWhateverTheWorldSizeAndSpread) {
           const auto outcome = runBoth(Mode::kInvariant, leaves, placement, count, type, op, o);
           expectEverywhere(outcome, expected, count, type, o);
           if (::testing::Test::HasFatalFailure()) return;
-          if (first.empty()) first = outcome[0].twinOut;
+          if (first.empty()) first = outcome[0].serialOut;
           for (size_t r = 0; r < outcome.size(); ++r) {
-            ASSERT_TRUE(sameBits(outcome[r].twinOut.data(), first.data(), count, type))
+            ASSERT_TRUE(sameBits(outcome[r].serialOut.data(), first.data(), count, type))
                 << "rank " << r << " vs the first placement's rank 0";
           }
         }
@@ -363,7 +363,7 @@ TEST_P(TwinAllreduceInvariantTest, SameBitsWhateverTheWorldSizeAndSpread) {
   }
 }
 
-TEST(TwinAllreduceDataTest, TheDataSeesTheFoldOrder) {
+TEST(SerialAllreduceDataTest, TheDataSeesTheFoldOrder) {
   // The five leaves above are sensitive to the order of a float32 or float64 fold: where the
   // invariant results agree across placements, the ordered ones do not. (float16 and bfloat16
   // fold five leaves in float, nearly always exactly, and integers are exact in any order.)
@@ -379,15 +379,15 @@ TEST(TwinAllreduceDataTest, TheDataSeesTheFoldOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, TwinAllreduceInvariantTest,
+INSTANTIATE_TEST_SUITE_P(AllTypes, SerialAllreduceInvariantTest,
                          ::testing::ValuesIn(testing::kAllTypes),
                          [](const auto& info) { return dataTypeName(info.param); });
 
 // ---- native: nothing promised but the arithmetic on exact data ----------------------------------
 
-class TwinAllreduceNativeTest : public ::testing::TestWithParam<DataType> {};
+class SerialAllreduceNativeTest : public ::testing::TestWithParam<DataType> {};
 
-TEST_P(TwinAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
+TEST_P(SerialAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
   const DataType type = GetParam();
   const size_t es = dataTypeSize(type);
   uint64_t seed = 99 + 1000 * static_cast<uint64_t>(type);
@@ -421,14 +421,14 @@ TEST_P(TwinAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
           const auto outcome = runBoth(Mode::kNative, leaves, placement, count, type, op, o);
           for (size_t r = 0; r < outcome.size(); ++r) {
             const RankOutcome& x = outcome[r];
-            ASSERT_TRUE(x.twin.isOk()) << "rank " << r << ": " << x.twin.toString();
+            ASSERT_TRUE(x.serial.isOk()) << "rank " << r << ": " << x.serial.toString();
             ASSERT_TRUE(x.cpu.isOk()) << "rank " << r << ": " << x.cpu.toString();
             ASSERT_TRUE(x.damage.empty()) << "rank " << r << ": " << x.damage;
-            ASSERT_TRUE(sameBits(x.twinOut.data(), x.cpuOut.data(), count, type))
-                << "rank " << r << ": twin vs CPU path";
+            ASSERT_TRUE(sameBits(x.serialOut.data(), x.cpuOut.data(), count, type))
+                << "rank " << r << ": serial vs CPU path";
             if (op != ReduceOp::kAverage) {
               for (size_t i = 0; i < count; ++i) {
-                ASSERT_EQ(testing::elementAsDouble(x.twinOut.data(), i, type), exact[i])
+                ASSERT_EQ(testing::elementAsDouble(x.serialOut.data(), i, type), exact[i])
                     << "rank " << r << " element " << i;
               }
             }
@@ -448,8 +448,8 @@ TEST_P(TwinAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
             kernels::foldRankOrder(expected.data(), pointersOf(sumOnly).data(), 1, count, type,
                                    ReduceOp::kAverage, total);
             for (size_t r = 0; r < outcome.size(); ++r) {
-              ASSERT_TRUE(sameBits(outcome[r].twinOut.data(), expected.data(), count, type))
-                  << "rank " << r << ": twin average vs the exact sum divided by " << total;
+              ASSERT_TRUE(sameBits(outcome[r].serialOut.data(), expected.data(), count, type))
+                  << "rank " << r << ": serial average vs the exact sum divided by " << total;
             }
           }
         }
@@ -458,7 +458,8 @@ TEST_P(TwinAllreduceNativeTest, ExactOnIntegerValuedDataAndAverageDivides) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, TwinAllreduceNativeTest, ::testing::ValuesIn(testing::kAllTypes),
+INSTANTIATE_TEST_SUITE_P(AllTypes, SerialAllreduceNativeTest,
+                         ::testing::ValuesIn(testing::kAllTypes),
                          [](const auto& info) { return dataTypeName(info.param); });
 
 }  // namespace
