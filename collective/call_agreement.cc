@@ -7,6 +7,7 @@
 
 #include "collective/tags.h"
 #include "common/dtype.h"
+#include "common/hash.h"
 
 namespace detcoll::collective {
 namespace {
@@ -196,8 +197,8 @@ Status failure(const std::vector<RankView>& all) {
 }
 
 // Every rank sends the same number of messages of a fixed capacity to every other rank.
-Status exchangeAll(Communicator& comm, std::vector<std::unique_ptr<Request>>& requests, char* slots,
-                   size_t slot, size_t bytes, int tag) {
+Status exchangeAll(Communicator& comm, std::vector<std::unique_ptr<Transfer>>& requests,
+                   char* slots, size_t slot, size_t bytes, int tag) {
   const int p = comm.size();
   const int rank = comm.rank();
   requests.clear();
@@ -213,15 +214,6 @@ Status exchangeAll(Communicator& comm, std::vector<std::unique_ptr<Request>>& re
 }
 
 }  // namespace
-
-uint64_t hashName(std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, const void* payload,
                             size_t payloadBytes) {
@@ -246,8 +238,8 @@ Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, con
   char* own = slots_.data() + rank_ * kSlot;
   std::memcpy(own, &h, sizeof(h));
   if (h.payloadBytes > 0) std::memcpy(own + sizeof(h), payload, h.payloadBytes);
-  DETCOLL_RETURN_IF_ERROR(
-      exchangeAll(comm, requests_, slots_.data(), kSlot, sizeof(h) + h.payloadBytes, kTagHeader));
+  DETCOLL_RETURN_IF_ERROR(exchangeAll(comm, requests_, slots_.data(), kSlot,
+                                      sizeof(h) + h.payloadBytes, kTagAgreement));
   if (headersAgree(slots_.data(), kSlot, p)) return Status::ok();
 
   // Every rank saw the same headers, so every rank takes this path: exchange the names and
@@ -257,7 +249,7 @@ Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, con
   copyText(d.name, sizeof(d.name), mine.name);
   copyText(d.error, sizeof(d.error), mine.local.message());
   DETCOLL_RETURN_IF_ERROR(exchangeAll(comm, requests_, details.data(), sizeof(WireDetail),
-                                      sizeof(WireDetail), kTagHeader));
+                                      sizeof(WireDetail), kTagAgreement));
   std::vector<RankView> all(p);
   for (int j = 0; j < p; ++j) {
     all[j] = {reinterpret_cast<const WireHeader*>(slots_.data() + j * kSlot),

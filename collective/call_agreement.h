@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "collective/communicator.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 
@@ -61,11 +61,8 @@ class CallAgreement {
 
  private:
   std::vector<char> slots_;  // one slot per rank: header then inline payload
-  std::vector<std::unique_ptr<Request>> requests_;
+  std::vector<std::unique_ptr<Transfer>> requests_;
   int rank_ = 0;
 };
-
-// FNV-1a, 64 bits: stable across processes and builds.
-uint64_t hashName(std::string_view name);
 
 }  // namespace detcoll::collective

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "collective/allgather.h"
+#include "collective/broadcast.h"
 #include "collective/buffers.h"
 #include "collective/invariant_allreduce.h"
 #include "collective/mode_allreduce.h"
@@ -217,7 +219,11 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
   if (count == 0) return Status::ok();
   const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
   if (device >= 0) return devicePath().broadcast(data, bytes, root, device);
-  return comm_.broadcast(data, bytes, root);
+  BroadcastOptions o;
+  o.data = data;
+  o.bytes = bytes;
+  o.root = root;
+  return collective::broadcast(comm_, o);
 }
 
 Status Collectives::allgather(const void* send, void* recv, size_t count, int dtype,
@@ -247,7 +253,11 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
   if (count == 0) return Status::ok();
   const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
   if (device >= 0) return devicePath().allgather(send, recv, bytes, device);
-  return comm_.allgather(send, recv, bytes);
+  AllgatherOptions o;
+  o.send = send;
+  o.recv = recv;
+  o.bytes = bytes;
+  return collective::allgather(comm_, o);
 }
 
 void Collectives::setCudaStream(void* stream) {

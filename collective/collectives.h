@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "collective/call_agreement.h"
-#include "collective/communicator.h"
 #include "collective/device_collectives.h"
 #include "collective/ordered_allreduce.h"
+#include "collective/transport/communicator.h"
 #include "collective/value_agreement.h"
 
 namespace detcoll::collective {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "collective/allgather.h"
+#include "collective/broadcast.h"
 #include "collective/device_transport.h"
 #include "common/config.h"
 #include "common/logging.h"
@@ -16,7 +18,7 @@
 #include "collective/device_allreduce.h"
 #endif
 #if DETCOLL_WITH_NCCL
-#include "collective/nccl_transport.h"
+#include "collective/transport/nccl_transport.h"
 #endif
 
 namespace detcoll::collective {
@@ -85,7 +87,7 @@ Status DevicePath::agreeAcrossRanks(const Status& local) {
   mine.code = static_cast<uint8_t>(local.code());
   std::strncpy(mine.text, local.message().c_str(), sizeof(mine.text) - 1);
   std::vector<Verdict> all(comm_.size());
-  DETCOLL_RETURN_IF_ERROR(comm_.allgather(&mine, all.data(), sizeof(Verdict)));
+  DETCOLL_RETURN_IF_ERROR(collective::allgather(comm_, {&mine, all.data(), sizeof(Verdict)}));
   for (int r = 0; r < comm_.size(); ++r) {
     if (all[r].code != 0) {
       return Status(static_cast<StatusCode>(all[r].code),
@@ -126,7 +128,7 @@ Status DevicePath::startNccl(int device) {
     message[0] = local.isOk() ? 1 : 0;
     std::memcpy(message.data() + 1, id.data(), id.size());
   }
-  DETCOLL_RETURN_IF_ERROR(comm_.broadcast(message.data(), message.size(), 0));
+  DETCOLL_RETURN_IF_ERROR(collective::broadcast(comm_, {message.data(), message.size(), 0}));
   if (message[0] == 0 && comm_.rank() != 0) {
     local = Status::backend("rank 0 could not create an NCCL id");
   }
@@ -254,7 +256,7 @@ Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
   std::vector<std::vector<char>> staged;
   const void* buffers[1] = {data};
   DETCOLL_RETURN_IF_ERROR(stage(buffers, 1, bytes, &staged));
-  DETCOLL_RETURN_IF_ERROR(comm_.broadcast(staged[0].data(), bytes, root));
+  DETCOLL_RETURN_IF_ERROR(collective::broadcast(comm_, {staged[0].data(), bytes, root}));
   return unstage(data, staged[0].data(), bytes);
 }
 
@@ -273,7 +275,7 @@ Status DevicePath::allgather(const void* send, void* recv, size_t bytes, int dev
   const void* buffers[1] = {send};
   DETCOLL_RETURN_IF_ERROR(stage(buffers, 1, bytes, &staged));
   std::vector<char> all(bytes * comm_.size());
-  DETCOLL_RETURN_IF_ERROR(comm_.allgather(staged[0].data(), all.data(), bytes));
+  DETCOLL_RETURN_IF_ERROR(collective::allgather(comm_, {staged[0].data(), all.data(), bytes}));
   return unstage(recv, all.data(), all.size());
 }
 

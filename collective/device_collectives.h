@@ -3,8 +3,8 @@
 // Collectives on CUDA device memory, run by the checked collectives (collectives.h) once every
 // rank has agreed on the call. Two ways, the same bits (the CPU path's):
 //   NCCL  the GPU data path (collective/device_allreduce.h) over an NCCL communicator
-//         (collective/nccl_transport.h), created at the first device call on the device of its
-//         buffers, its unique id broadcast from rank 0 over the host communicator;
+//         (collective/transport/nccl_transport.h), created at the first device call on the device
+//         of its buffers, its unique id broadcast from rank 0 over the host communicator;
 //   host  the buffers staged through host memory onto the CPU path: where NCCL is not built, or
 //         DETCOLL_GPU_TRANSPORT=mpi, or (auto) NCCL could not start on some rank.
 // What one rank can get wrong alone (NCCL's start, scratch, staging copies) is agreed over the
@@ -19,7 +19,7 @@
 #include <memory>
 #include <vector>
 
-#include "collective/communicator.h"
+#include "collective/transport/communicator.h"
 #include "common/env.h"
 
 namespace detcoll::collective {

@@ -2,7 +2,8 @@
 
 // The allreduce of every mode on the GPU data path, written once over an executor (kernels: the
 // device, or the host for the serial run) and a DeviceTransport (NCCL, or a host communicator):
-// collective/device_allreduce.h runs it on the device, tests/support/serial_allreduce.h on the host.
+// collective/device_allreduce.h runs it on the device, tests/support/serial_allreduce.h on the
+// host.
 //
 // The schedule is the CPU path's (collective/direct_allreduce.h), so the bits are too: the element
 // range is cut into rounds of P shards; in each round every rank sends its piece of shard s to

@@ -2,9 +2,9 @@
 
 // What the GPU allreduce pipeline (collective/device_pipeline.h) needs from a transport: grouped
 // point-to-point transfers, ordered on a stream, and the backend's own allreduce for the native
-// mode. Implementations: NcclTransport (collective/nccl_transport.h: ncclSend/ncclRecv in a
-// group), CommTransport (collective/comm_transport.h: over a host Communicator, for the serial run
-// of the pipeline), and the tests' device-memory exchange between simulated ranks.
+// mode. Implementations: NcclTransport (collective/transport/nccl_transport.h: ncclSend/ncclRecv in
+// a group), CommTransport (collective/comm_transport.h: over a host Communicator, for the serial
+// run of the pipeline), and the tests' device-memory exchange between simulated ranks.
 
 #include <cstddef>
 #include <vector>

@@ -22,7 +22,7 @@ Shard shardOf(size_t roundBegin, size_t length, int p, int s) {
   return {roundBegin + offset, base + (static_cast<size_t>(s) < extra ? 1 : 0)};
 }
 
-using RequestSet = std::vector<std::unique_ptr<Request>>;
+using RequestSet = std::vector<std::unique_ptr<Transfer>>;
 
 Status waitSet(RequestSet& set) {
   Status status = waitAll(set.data(), set.size());

@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <functional>
 
-#include "collective/communicator.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 

@@ -26,7 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "collective/communicator.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 

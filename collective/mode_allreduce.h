@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "collective/communicator.h"
 #include "collective/ordered_allreduce.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "collective/communicator.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 

@@ -8,8 +8,12 @@
 
 namespace detcoll::collective {
 
-Status ringAllreduce(Communicator& comm, const void* send, void* recv, size_t count, DataType type,
-                     ReduceOp op) {
+Status ringAllreduce(Communicator& comm, const RingAllreduceOptions& o) {
+  const void* send = o.send;
+  void* recv = o.recv;
+  const size_t count = o.count;
+  const DataType type = o.type;
+  const ReduceOp op = o.op;
   const int p = comm.size();
   const int r = comm.rank();
   const size_t es = dataTypeSize(type);
@@ -26,11 +30,11 @@ Status ringAllreduce(Communicator& comm, const void* send, void* recv, size_t co
     for (int s = 0; s < p - 1; ++s) {
       const int sendChunk = (r - s + p) % p;
       const int recvChunk = (r - s - 1 + 2 * p) % p;
-      std::unique_ptr<Request> requests[2] = {
+      std::unique_ptr<Transfer> transfers[2] = {
           comm.irecv(incoming.data(), chunkLength(recvChunk) * es, left, kTagRing),
           comm.isend(out + chunkBegin(sendChunk) * es, chunkLength(sendChunk) * es, right,
                      kTagRing)};
-      DETCOLL_RETURN_IF_ERROR(waitAll(requests, 2));
+      DETCOLL_RETURN_IF_ERROR(waitAll(transfers, 2));
       char* target = out + chunkBegin(recvChunk) * es;
       const void* inputs[2] = {incoming.data(), target};
       kernels::foldRankOrder(target, inputs, 2, chunkLength(recvChunk), type, stepOp, 1);
@@ -39,11 +43,11 @@ Status ringAllreduce(Communicator& comm, const void* send, void* recv, size_t co
     for (int s = 0; s < p - 1; ++s) {
       const int sendChunk = (r + 1 - s + p) % p;
       const int recvChunk = (r - s + p) % p;
-      std::unique_ptr<Request> requests[2] = {
+      std::unique_ptr<Transfer> transfers[2] = {
           comm.irecv(out + chunkBegin(recvChunk) * es, chunkLength(recvChunk) * es, left, kTagRing),
           comm.isend(out + chunkBegin(sendChunk) * es, chunkLength(sendChunk) * es, right,
                      kTagRing)};
-      DETCOLL_RETURN_IF_ERROR(waitAll(requests, 2));
+      DETCOLL_RETURN_IF_ERROR(waitAll(transfers, 2));
     }
   }
   if (op == ReduceOp::kAverage && count > 0) {

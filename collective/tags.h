@@ -1,17 +1,20 @@
 #pragma once
 
-// Message tags of the algorithms. Every rank runs collectives in the same order and messages with
-// one tag between two ranks are matched in order, so a tag per phase is enough.
+// Message tags of the collective layer. Every rank runs the collectives in the same order, and
+// messages between two ranks with one tag are matched in posting order, so a tag per phase is
+// enough. A communicator may be shared with the layers above (the fusion engine negotiates on the
+// communicator its collectives run on): tags from kFirstUpperTag up are theirs (fusion/tags.h).
 
 namespace detcoll::collective {
 
-constexpr int kTagHeader = 1;          // call descriptions exchanged before each collective
-constexpr int kTagReduceScatter = 2;   // ordered allreduce: pieces to the owner of a shard
-constexpr int kTagAllgatherShard = 3;  // ordered allreduce: reduced shards to every rank
+constexpr int kTagAgreement = 1;       // agreement records and texts (agreement.h)
+constexpr int kTagReduceScatter = 2;   // the pipeline: pieces to the owner of a shard
+constexpr int kTagAllgatherShard = 3;  // the pipeline: reduced shards to every rank
 constexpr int kTagBroadcast = 4;
 constexpr int kTagAllgather = 5;
-constexpr int kTagRing = 6;         // ring allreduce
-constexpr int kTagNegotiation = 7;  // fusion engine: rank messages to the coordinator
-constexpr int kTagResponse = 8;     // fusion engine: the coordinator's response to every rank
+constexpr int kTagRing = 6;     // ring allreduce
+constexpr int kTagBarrier = 7;  // dissemination barrier
+
+constexpr int kFirstUpperTag = 64;
 
 }  // namespace detcoll::collective

@@ -6,21 +6,24 @@
 #include <exception>
 #include <utility>
 
+#include "collective/allgather.h"
+#include "collective/broadcast.h"
 #include "collective/buffers.h"
 #include "collective/mode_allreduce.h"
-#include "collective/tags.h"
+#include "common/hash.h"
 #include "common/logging.h"
+#include "fusion/tags.h"
 
 namespace detcoll::fusion {
 namespace {
 
 using collective::Communicator;
-using RequestSet = std::vector<std::unique_ptr<collective::Request>>;
+using TransferSet = std::vector<std::unique_ptr<collective::Transfer>>;
 
 // Waits for every request by polling: spinning (with yields) for a short while, since the other
 // ranks usually arrive within microseconds of each other, then sleeping between polls, so that an
 // engine waiting for a slower rank leaves the cores to the training. Returns the first failure.
-Status pollAll(RequestSet& requests) {
+Status pollAll(TransferSet& requests) {
   constexpr auto kSpin = std::chrono::microseconds(500);
   std::vector<bool> done(requests.size(), false);
   size_t remaining = requests.size();
@@ -67,7 +70,7 @@ Framed frame(const std::vector<uint8_t>& payload) {
   return f;
 }
 
-void postFramed(Communicator& comm, const Framed& f, int peer, int tag, RequestSet& sends) {
+void postFramed(Communicator& comm, const Framed& f, int peer, int tag, TransferSet& sends) {
   sends.push_back(comm.isend(f.first.data(), f.first.size(), peer, tag));
   if (f.restBytes > 0) sends.push_back(comm.isend(f.rest, f.restBytes, peer, tag));
 }
@@ -87,13 +90,11 @@ Status finishFramed(Communicator& comm, const std::vector<uint8_t>& first, int p
   return Status::ok();
 }
 
+// The name hash of the members' names, each ended by a zero byte; never 0 (no group).
 uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the names, each ended by a zero byte
-  for (const RequestSpec& spec : specs) {
-    for (char c : spec.name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-    h = (h ^ 0) * 0x100000001b3ull;
-  }
-  return h == 0 ? 1 : h;
+  Fnv1a h;
+  for (const RequestSpec& spec : specs) h.add(spec.name).addByte(0);
+  return h.value() == 0 ? 1 : h.value();
 }
 
 std::string kibibytes(size_t bytes) {
@@ -357,36 +358,35 @@ void Engine::run() {
 
 Status Engine::exchange(const RankMessage& mine, Response* response) {
   const int p = comm_.size();
-  RequestSet requests;
+  TransferSet requests;
   if (comm_.rank() != 0) {
     const std::vector<uint8_t> payload = encode(mine);
     const Framed out = frame(payload);
     std::vector<uint8_t> first(kFirstBytes);
-    requests.push_back(comm_.irecv(first.data(), first.size(), 0, collective::kTagResponse));
-    postFramed(comm_, out, 0, collective::kTagNegotiation, requests);
+    requests.push_back(comm_.irecv(first.data(), first.size(), 0, kTagResponse));
+    postFramed(comm_, out, 0, kTagNegotiation, requests);
     DETCOLL_RETURN_IF_ERROR(pollAll(requests));
     std::vector<uint8_t> answer;
-    DETCOLL_RETURN_IF_ERROR(finishFramed(comm_, first, 0, collective::kTagResponse, &answer));
+    DETCOLL_RETURN_IF_ERROR(finishFramed(comm_, first, 0, kTagResponse, &answer));
     return decode(answer.data(), answer.size(), response);
   }
   std::vector<std::vector<uint8_t>> firsts(p, std::vector<uint8_t>(kFirstBytes));
   for (int r = 1; r < p; ++r) {
-    requests.push_back(comm_.irecv(firsts[r].data(), kFirstBytes, r, collective::kTagNegotiation));
+    requests.push_back(comm_.irecv(firsts[r].data(), kFirstBytes, r, kTagNegotiation));
   }
   DETCOLL_RETURN_IF_ERROR(pollAll(requests));
   std::vector<RankMessage> messages(p);
   messages[0] = mine;
   for (int r = 1; r < p; ++r) {
     std::vector<uint8_t> payload;
-    DETCOLL_RETURN_IF_ERROR(
-        finishFramed(comm_, firsts[r], r, collective::kTagNegotiation, &payload));
+    DETCOLL_RETURN_IF_ERROR(finishFramed(comm_, firsts[r], r, kTagNegotiation, &payload));
     DETCOLL_RETURN_IF_ERROR(decode(payload.data(), payload.size(), &messages[r]));
   }
   *response = coordinator_->process(messages, Clock::now());
   response->fusionThresholdBytes = fusionThresholdBytes_.load();
   const std::vector<uint8_t> answer = encode(*response);
   const Framed out = frame(answer);
-  for (int r = 1; r < p; ++r) postFramed(comm_, out, r, collective::kTagResponse, requests);
+  for (int r = 1; r < p; ++r) postFramed(comm_, out, r, kTagResponse, requests);
   return pollAll(requests);
 }
 
@@ -406,9 +406,17 @@ Status Engine::runBatch(const Batch& batch) {
   const Clock::time_point begin = Clock::now();
   Status status;
   if (d.kind == RequestKind::kBroadcast) {
-    status = comm_.broadcast(spec.recv, d.bytes(), d.root);
+    collective::BroadcastOptions o;
+    o.data = spec.recv;
+    o.bytes = d.bytes();
+    o.root = d.root;
+    status = collective::broadcast(comm_, o);
   } else if (d.kind == RequestKind::kAllgather) {
-    status = d.count == 0 ? Status::ok() : comm_.allgather(spec.send, spec.recv, d.bytes());
+    collective::AllgatherOptions o;
+    o.send = spec.send;
+    o.recv = spec.recv;
+    o.bytes = d.bytes();
+    status = collective::allgather(comm_, o);
   } else if (!batch.fused) {
     status = collective::modeAllreduce(comm_, d.mode, spec.send, spec.recv, d.count, d.type, d.op,
                                        options_.ordered);

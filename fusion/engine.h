@@ -31,8 +31,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collective/communicator.h"
 #include "collective/ordered_allreduce.h"
+#include "collective/transport/communicator.h"
 #include "fusion/coordinator.h"
 #include "fusion/planner.h"
 #include "fusion/request.h"

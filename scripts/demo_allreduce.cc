@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
 #include "detcoll.h"
 #include "tests/support/reference.h"
 #include "tests/support/workload.h"
@@ -37,12 +38,9 @@ void check(detcoll_status_t status, const char* what) {
 }
 
 uint64_t checksum(const std::vector<std::vector<float>>& tensors) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the bytes, in registration order
-  for (const auto& t : tensors) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(t.data());
-    for (size_t i = 0; i < t.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 0x100000001b3ull;
-  }
-  return h;
+  detcoll::Fnv1a h;  // over the bytes, in registration order
+  for (const auto& t : tensors) h.add(t.data(), t.size() * sizeof(float));
+  return h.value();
 }
 
 void reducePerTensor(std::vector<std::vector<float>>& grads,

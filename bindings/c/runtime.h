@@ -12,7 +12,7 @@
 
 #include "bindings/c/detcoll.h"
 #include "collective/collectives.h"
-#include "collective/mpi_communicator.h"
+#include "collective/transport/mpi_communicator.h"
 #include "common/env.h"
 #include "common/status.h"
 #include "fusion/engine.h"

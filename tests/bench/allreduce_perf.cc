@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/mpi_communicator.h"
+#include "collective/transport/mpi_communicator.h"
 #include "detcoll.h"
 #include "kernels/fixed_point.h"
 #include "tests/support/reference.h"

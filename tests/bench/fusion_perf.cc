@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "collective/mpi_communicator.h"
+#include "collective/transport/mpi_communicator.h"
 #include "fusion/engine.h"
 #include "tests/support/reference.h"
 #include "tests/support/workload.h"

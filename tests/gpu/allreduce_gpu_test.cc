@@ -32,7 +32,7 @@
 #include "collective/device_transport.h"
 #include "collective/invariant_allreduce.h"
 #include "collective/ordered_allreduce.h"
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 #include "common/dtype.h"
 #include "kernels/fixed_point.h"
 #include "kernels/fold.h"
@@ -43,7 +43,7 @@
 #include "tests/support/wide_bits.h"
 
 #if defined(DETCOLL_GPU_TEST_NCCL) && DETCOLL_GPU_TEST_NCCL
-#include "collective/nccl_transport.h"
+#include "collective/transport/nccl_transport.h"
 #endif
 
 namespace detcoll {
@@ -389,7 +389,7 @@ TEST_F(AllreduceGpu, InvariantBitsIndependentOfWorldSizeAndSpread) {
 }
 
 // The GPU path gives the CPU path's bits: the same leaves through the CPU allreduce of the mode
-// on ranks as threads (collective/thread_communicator.h).
+// on ranks as threads (collective/transport/thread_communicator.h).
 TEST_F(AllreduceGpu, MatchesTheCpuPathOverThreadRanks) {
   uint64_t seed = 900000;
   for (Mode mode : {Mode::kOrdered, Mode::kInvariant}) {

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "collective/mpi_communicator.h"
+#include "collective/transport/mpi_communicator.h"
 #include "detcoll.h"
 #include "fusion/engine.h"
 #include "tests/mpi/mpi_test_util.h"

@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "common/hash.h"
+
 namespace detcoll::testing {
 
 int worldRank() {
@@ -20,9 +22,7 @@ int worldSize() {
 }
 
 uint64_t hashText(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+  return hashName(text);
 }
 
 uint64_t seedFor(const std::string& label, int rank) {

@@ -4,13 +4,14 @@
 #include <vector>
 
 #include "collective/device_pipeline.h"
+#include "collective/mode_allreduce.h"
 #include "collective/tags.h"
 #include "tests/support/serial_executor.h"
 
 namespace detcoll::testing {
 
 using collective::kTagReduceScatter;
-using collective::Request;
+using collective::Transfer;
 using collective::waitAll;
 
 Status serialAllreduce(DeviceTransport& transport, Mode mode, const void* const* leaves,
@@ -23,7 +24,7 @@ Status serialAllreduce(DeviceTransport& transport, Mode mode, const void* const*
 
 Status CommTransport::exchange(const std::vector<SendSpec>& sends,
                                const std::vector<RecvSpec>& recvs, void*) {
-  std::vector<std::unique_ptr<Request>> requests;
+  std::vector<std::unique_ptr<Transfer>> requests;
   requests.reserve(sends.size() + recvs.size());
   for (const RecvSpec& r : recvs) {
     requests.push_back(comm_.irecv(r.data, r.bytes, r.peer, kTagReduceScatter));
@@ -36,7 +37,7 @@ Status CommTransport::exchange(const std::vector<SendSpec>& sends,
 
 Status CommTransport::nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
                                       ReduceOp op, void*) {
-  return comm_.nativeAllreduce(send, recv, count, type, op);
+  return collective::modeAllreduce(comm_, Mode::kNative, send, recv, count, type, op);
 }
 
 }  // namespace detcoll::testing

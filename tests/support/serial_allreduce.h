@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "collective/communicator.h"
 #include "collective/device_transport.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::testing {
 

@@ -21,10 +21,11 @@
 #include <tuple>
 #include <vector>
 
+#include "collective/barrier.h"
 #include "collective/invariant_allreduce.h"
 #include "collective/mode_allreduce.h"
 #include "collective/ordered_allreduce.h"
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 #include "common/dtype.h"
 #include "kernels/fixed_point.h"
 #include "kernels/fold.h"
@@ -168,7 +169,7 @@ std::vector<RankOutcome> runBoth(Mode mode, const std::vector<Buffer>& leaves,
       out.damage += b.damage(leaves, mine, o, "serial");
     }
     if (!o.cpuPath) return;
-    const Status barrier = comm.barrier();
+    const Status barrier = collective::barrier(comm);
     if (!barrier.isOk()) {
       out.cpu = barrier;
       return;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "collective/collectives.h"
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
 #include "tests/unit/unit_test_util.h"
 

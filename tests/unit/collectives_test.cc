@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
 #include "tests/unit/unit_test_util.h"
 

@@ -32,8 +32,9 @@
 #include <tuple>
 #include <vector>
 
+#include "collective/barrier.h"
 #include "collective/collectives.h"
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
 #include "tests/unit/unit_test_util.h"
 
@@ -464,7 +465,7 @@ TEST(FusionEngineErrorTest, DuplicateNameIsRefusedAndTheFirstStillCompletes) {
                         StatusCode::kInvalidArgument, {"'twice'"});
           EXPECT_TRUE(group.empty());
         }
-        ASSERT_TRUE(ok(comm.barrier()));
+        ASSERT_TRUE(ok(collective::barrier(comm)));
         if (r == late) first = enqueueOk(engine, request(name, out));
         ASSERT_TRUE(first);
         EXPECT_TRUE(ok(waitFor(first))) << "rank " << r;
@@ -507,7 +508,7 @@ TEST(FusionEngineErrorTest, StallWarnsThenTimesOutNamingTheMissingRank) {
         late[r] = waitFor(request);
         waited[r] = std::chrono::duration<double>(Clock::now() - begin).count();
       }
-      ASSERT_TRUE(ok(comm.barrier()));
+      ASSERT_TRUE(ok(collective::barrier(comm)));
       // The engines still work after the stall.
       RequestPtr next = enqueueOk(engine, allreduce("after", kF32, 64, in.data(), after.data()));
       EXPECT_TRUE(ok(waitFor(next))) << "rank " << r;
@@ -545,7 +546,7 @@ TEST(FusionEngineErrorTest, ShutdownFailsRequestsInFlightAndRefusesLaterEnqueues
       RequestPtr orphan =
           r == 0 ? enqueueOk(*e.engine, allreduce("orphan", kF32, 32, in.data(), out.data()))
                  : nullptr;
-      ASSERT_TRUE(ok(comm.barrier()));
+      ASSERT_TRUE(ok(collective::barrier(comm)));
       e.engine->shutdown();
       if (orphan) {
         EXPECT_TRUE(orphan->done()) << "shutdown returned with a request in flight";
@@ -559,7 +560,7 @@ TEST(FusionEngineErrorTest, ShutdownFailsRequestsInFlightAndRefusesLaterEnqueues
       const std::string name = "orphan" + std::to_string(r);
       RequestPtr orphan =
           r != 1 ? enqueueOk(*e.engine, allreduce(name, kF32, 32, in.data(), out.data())) : nullptr;
-      ASSERT_TRUE(ok(comm.barrier()));
+      ASSERT_TRUE(ok(collective::barrier(comm)));
       if (r == 1) e.engine->shutdown();
       if (orphan) {
         expectFailure(waitFor(orphan), StatusCode::kNotInitialized, {"'" + name + "'", "rank 1"});
@@ -656,7 +657,7 @@ TEST(FusionEngineTimelineTest, WritesChromeTraceEventsForEveryRequest) {
     for (const RequestPtr& request : requests) EXPECT_TRUE(ok(waitFor(request)));
     e.engine->shutdown();
     if (r == 0) afterShutdown = read();
-    ASSERT_TRUE(ok(comm.barrier()));
+    ASSERT_TRUE(ok(collective::barrier(comm)));
     e.engine.reset();
     if (r == 0) afterDestruction = read();
   });

@@ -650,8 +650,8 @@ TEST(InvariantAllreduceAccuracyTest, TighterThanAFloat32Ring) {
     const void* mine[1] = {leaves[r].data()};
     status[r] = c.allreduceLeaves(Mode::kInvariant, mine, 1, invariant[r].data(), count,
                                   static_cast<int>(type), 0, "grad");
-    ringStatus[r] = collective::ringAllreduce(c.communicator(), leaves[r].data(), ring[r].data(),
-                                              count, type, ReduceOp::kSum);
+    ringStatus[r] = collective::ringAllreduce(
+        c.communicator(), {leaves[r].data(), ring[r].data(), count, type, ReduceOp::kSum});
   });
   for (int r = 0; r < p; ++r) {
     ASSERT_TRUE(status[r].isOk()) << status[r].toString();

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "collective/ring_allreduce.h"
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
 #include "tests/unit/unit_test_util.h"
 
@@ -262,8 +262,8 @@ TEST(OrderedAllreduceTest, TestDataDetectsReordering) {
     std::vector<Buffer> mine(p, Buffer(count * 4));
     Status spawned = collective::spawn(p, [&](Communicator& comm) {
       const int r = comm.rank();
-      Status s = collective::ringAllreduce(comm, inputs[r].data(), ring[r].data(), count, type,
-                                           ReduceOp::kSum);
+      Status s = collective::ringAllreduce(
+          comm, {inputs[r].data(), ring[r].data(), count, type, ReduceOp::kSum});
       if (!s.isOk()) throw std::runtime_error(s.toString());
       s = collective::orderedAllreduce(comm, inputs[r].data(), mine[r].data(), count, type,
                                        ReduceOp::kSum);

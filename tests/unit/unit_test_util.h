@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "collective/collectives.h"
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
 #include "tests/support/wide_bits.h"
 

@@ -4,14 +4,14 @@
 
 #include <memory>
 
-#include "collective/communicator.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 
 // Communicator over MPI. It works on a duplicate of the given communicator, so detcoll's messages
 // never match the caller's, with MPI_ERRORS_RETURN, so an MPI failure becomes a status instead of
-// an abort.
-class MpiCommunicator : public Communicator {
+// an abort. MPI's own collectives are its native ones.
+class MpiCommunicator : public Communicator, public NativeCollectives {
  public:
   static Status create(MPI_Comm parent, std::unique_ptr<MpiCommunicator>* out);
   ~MpiCommunicator() override;
@@ -20,15 +20,16 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   MPI_Comm handle() const { return comm_; }
 
-  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;
-  std::unique_ptr<Request> irecv(void* data, size_t capacity, int peer, int tag) override;
-  Status barrier() override;
+  std::unique_ptr<Transfer> isend(const void* data, size_t bytes, int peer, int tag) override;
+  std::unique_ptr<Transfer> irecv(void* data, size_t capacity, int peer, int tag) override;
+  NativeCollectives* native() override { return this; }
+
   // MPI_Allreduce; float16 and bfloat16 through user-defined MPI operations (each step rounds
-  // to the dtype), average as sum then divide.
-  Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
-                         ReduceOp op) override;
+  // to the dtype).
+  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override;
   Status broadcast(void* data, size_t bytes, int root) override;
   Status allgather(const void* send, void* recv, size_t bytes) override;
+  Status barrier() override;
 
  private:
   explicit MpiCommunicator(MPI_Comm comm);
@@ -38,7 +39,7 @@ class MpiCommunicator : public Communicator {
 };
 
 // The MPI type of a dtype: float16 and bfloat16 travel as MPI_UINT16_T (MPI has no such float
-// types; nativeAllreduce reduces them with its own operations).
+// types; allreduce reduces them with its own operations).
 MPI_Datatype mpiDataType(DataType type);
 // MPI's operation for a reduction; average is MPI_SUM (the division is done afterwards).
 MPI_Op mpiReduceOp(ReduceOp op);

@@ -1,4 +1,4 @@
-#include "collective/thread_communicator.h"
+#include "collective/transport/thread_communicator.h"
 
 #include <condition_variable>
 #include <cstring>
@@ -14,7 +14,7 @@ namespace detcoll::collective {
 
 namespace {
 
-struct Transfer {
+struct Message {
   const void* source = nullptr;  // set for a send
   void* destination = nullptr;   // set for a receive
   size_t bytes = 0;              // size of a send, capacity of a receive
@@ -31,10 +31,10 @@ class ThreadWorld {
   int size() const { return size_; }
 
   // Posts one side of a transfer; completes both sides if the other is already waiting.
-  void post(const std::shared_ptr<Transfer>& t, bool isSend, int from, int to, int tag) {
+  void post(const std::shared_ptr<Message>& t, bool isSend, int from, int to, int tag) {
     const auto key = std::make_tuple(from, to, tag);
-    std::shared_ptr<Transfer> send;
-    std::shared_ptr<Transfer> recv;
+    std::shared_ptr<Message> send;
+    std::shared_ptr<Message> recv;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto& mine = isSend ? sends_[key] : recvs_[key];
@@ -63,7 +63,7 @@ class ThreadWorld {
     cv_.notify_all();
   }
 
-  bool test(const std::shared_ptr<Transfer>& t, Status* status) {
+  bool test(const std::shared_ptr<Message>& t, Status* status) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!t->done) return false;
     *status = t->status;
@@ -77,23 +77,11 @@ class ThreadWorld {
     return children_[index];
   }
 
-  Status wait(const std::shared_ptr<Transfer>& t, size_t* bytes) {
+  Status wait(const std::shared_ptr<Message>& t, size_t* bytes) {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return t->done; });
     if (bytes != nullptr) *bytes = t->received;
     return t->status;
-  }
-
-  void barrier() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = barrierGeneration_;
-    if (++barrierArrived_ == size_) {
-      barrierArrived_ = 0;
-      ++barrierGeneration_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return barrierGeneration_ != generation; });
   }
 
  private:
@@ -101,27 +89,25 @@ class ThreadWorld {
   const int size_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::map<Key, std::deque<std::shared_ptr<Transfer>>> sends_;
-  std::map<Key, std::deque<std::shared_ptr<Transfer>>> recvs_;
-  int barrierArrived_ = 0;
-  uint64_t barrierGeneration_ = 0;
+  std::map<Key, std::deque<std::shared_ptr<Message>>> sends_;
+  std::map<Key, std::deque<std::shared_ptr<Message>>> recvs_;
   std::vector<std::shared_ptr<ThreadWorld>> children_;
 };
 
 namespace {
 
-class ThreadRequest : public Request {
+class ThreadTransfer : public Transfer {
  public:
-  ThreadRequest(std::shared_ptr<ThreadWorld> world, std::shared_ptr<Transfer> transfer)
-      : world_(std::move(world)), transfer_(std::move(transfer)) {}
+  ThreadTransfer(std::shared_ptr<ThreadWorld> world, std::shared_ptr<Message> message)
+      : world_(std::move(world)), message_(std::move(message)) {}
   // A pending transfer points into the caller's buffer: wait rather than leave it dangling.
-  ~ThreadRequest() override { (void)world_->wait(transfer_, nullptr); }
-  Status wait(size_t* bytes) override { return world_->wait(transfer_, bytes); }
-  bool test(Status* status) override { return world_->test(transfer_, status); }
+  ~ThreadTransfer() override { (void)world_->wait(message_, nullptr); }
+  Status wait(size_t* bytes) override { return world_->wait(message_, bytes); }
+  bool test(Status* status) override { return world_->test(message_, status); }
 
  private:
   std::shared_ptr<ThreadWorld> world_;
-  std::shared_ptr<Transfer> transfer_;
+  std::shared_ptr<Message> message_;
 };
 
 }  // namespace
@@ -133,30 +119,26 @@ int ThreadCommunicator::size() const {
   return world_->size();
 }
 
-std::unique_ptr<Request> ThreadCommunicator::isend(const void* data, size_t bytes, int peer,
-                                                   int tag) {
-  auto t = std::make_shared<Transfer>();
+std::unique_ptr<Transfer> ThreadCommunicator::isend(const void* data, size_t bytes, int peer,
+                                                    int tag) {
+  auto t = std::make_shared<Message>();
   t->source = data;
   t->bytes = bytes;
   world_->post(t, true, rank_, peer, tag);
-  return std::make_unique<ThreadRequest>(world_, t);
+  return std::make_unique<ThreadTransfer>(world_, t);
 }
 
-std::unique_ptr<Request> ThreadCommunicator::irecv(void* data, size_t capacity, int peer, int tag) {
-  auto t = std::make_shared<Transfer>();
+std::unique_ptr<Transfer> ThreadCommunicator::irecv(void* data, size_t capacity, int peer,
+                                                    int tag) {
+  auto t = std::make_shared<Message>();
   t->destination = data;
   t->bytes = capacity;
   world_->post(t, false, peer, rank_, tag);
-  return std::make_unique<ThreadRequest>(world_, t);
+  return std::make_unique<ThreadTransfer>(world_, t);
 }
 
 std::unique_ptr<ThreadCommunicator> ThreadCommunicator::duplicate() {
   return std::make_unique<ThreadCommunicator>(world_->child(duplicates_++), rank_);
-}
-
-Status ThreadCommunicator::barrier() {
-  world_->barrier();
-  return Status::ok();
 }
 
 Status spawn(int size, const std::function<void(Communicator&)>& fn) {

@@ -1,4 +1,4 @@
-#include "collective/nccl_transport.h"
+#include "collective/transport/nccl_transport.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

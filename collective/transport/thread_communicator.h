@@ -3,7 +3,7 @@
 #include <functional>
 #include <memory>
 
-#include "collective/communicator.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 
@@ -17,9 +17,8 @@ class ThreadCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override;
-  std::unique_ptr<Request> isend(const void* data, size_t bytes, int peer, int tag) override;
-  std::unique_ptr<Request> irecv(void* data, size_t capacity, int peer, int tag) override;
-  Status barrier() override;
+  std::unique_ptr<Transfer> isend(const void* data, size_t bytes, int peer, int tag) override;
+  std::unique_ptr<Transfer> irecv(void* data, size_t capacity, int peer, int tag) override;
   // A communicator over the same ranks whose messages never match this one's (MPI_Comm_dup):
   // every rank's k-th duplicate joins the same world.
   std::unique_ptr<ThreadCommunicator> duplicate();

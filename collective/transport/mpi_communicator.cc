@@ -1,7 +1,8 @@
-#include "collective/mpi_communicator.h"
+#include "collective/transport/mpi_communicator.h"
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <vector>
 
 #include "kernels/fold.h"
@@ -13,9 +14,9 @@ namespace {
 constexpr size_t kMaxMessage = size_t{1} << 30;
 
 // One MPI request, or several for a message above kMaxMessage.
-class MpiRequest : public Request {
+class MpiTransfer : public Transfer {
  public:
-  explicit MpiRequest(Status posted) : posted_(std::move(posted)) {}
+  explicit MpiTransfer(Status posted) : posted_(std::move(posted)) {}
   void add(MPI_Request request) {
     if (count_ == 0) {
       first_ = request;
@@ -24,7 +25,7 @@ class MpiRequest : public Request {
     }
     ++count_;
   }
-  ~MpiRequest() override {
+  ~MpiTransfer() override {
     if (!done_) (void)wait(nullptr);
   }
   Status wait(size_t* bytes) override {
@@ -156,8 +157,9 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalized) MPI_Comm_free(&comm_);
 }
 
-std::unique_ptr<Request> MpiCommunicator::isend(const void* data, size_t bytes, int peer, int tag) {
-  auto result = std::make_unique<MpiRequest>(Status::ok());
+std::unique_ptr<Transfer> MpiCommunicator::isend(const void* data, size_t bytes, int peer,
+                                                 int tag) {
+  auto result = std::make_unique<MpiTransfer>(Status::ok());
   const char* p = static_cast<const char*>(data);
   size_t offset = 0;
   do {
@@ -174,8 +176,8 @@ std::unique_ptr<Request> MpiCommunicator::isend(const void* data, size_t bytes, 
   return result;
 }
 
-std::unique_ptr<Request> MpiCommunicator::irecv(void* data, size_t capacity, int peer, int tag) {
-  auto result = std::make_unique<MpiRequest>(Status::ok());
+std::unique_ptr<Transfer> MpiCommunicator::irecv(void* data, size_t capacity, int peer, int tag) {
+  auto result = std::make_unique<MpiTransfer>(Status::ok());
   char* p = static_cast<char*>(data);
   size_t offset = 0;
   do {
@@ -197,8 +199,11 @@ Status MpiCommunicator::barrier() {
   return rc == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Barrier", rc);
 }
 
-Status MpiCommunicator::nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
-                                        ReduceOp op) {
+Status MpiCommunicator::allreduce(const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op) {
+  if (op == ReduceOp::kAverage) {
+    return Status::internal("MPI's allreduce sums; an average is divided afterwards by its caller");
+  }
   const size_t es = dataTypeSize(type);
   MPI_Op mop = mpiReduceOp(op);
   if (type == DataType::kFloat16) mop = halfMpiOp<DataType::kFloat16>(op);
@@ -210,10 +215,6 @@ Status MpiCommunicator::nativeAllreduce(const void* send, void* recv, size_t cou
     const int rc =
         MPI_Allreduce(in, static_cast<char*>(recv) + offset * es, n, mpiDataType(type), mop, comm_);
     if (rc != MPI_SUCCESS) return mpiError("MPI_Allreduce", rc);
-  }
-  if (op == ReduceOp::kAverage && count > 0) {
-    const void* inputs[1] = {recv};
-    kernels::foldRankOrder(recv, inputs, 1, count, type, ReduceOp::kAverage, size_);
   }
   return Status::ok();
 }
@@ -229,8 +230,15 @@ Status MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
 }
 
 Status MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
-  if (bytes > kMaxMessage) return Communicator::allgather(send, recv, bytes);
-  const char* out = static_cast<const char*>(recv);
+  char* out = static_cast<char*>(recv);
+  if (bytes > kMaxMessage) {
+    // MPI counts are int: each rank's block as a broadcast of its own, in segments.
+    if (send != out + rank_ * bytes) std::memcpy(out + rank_ * bytes, send, bytes);
+    for (int root = 0; root < size_; ++root) {
+      DETCOLL_RETURN_IF_ERROR(broadcast(out + root * bytes, bytes, root));
+    }
+    return Status::ok();
+  }
   const void* in = send == out + rank_ * bytes ? MPI_IN_PLACE : send;
   const int rc = MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
                                MPI_BYTE, comm_);

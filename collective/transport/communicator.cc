@@ -1,0 +1,27 @@
+#include "collective/transport/communicator.h"
+
+#include <string>
+
+namespace detcoll::collective {
+
+Status recvBytes(Communicator& comm, void* data, size_t bytes, int peer, int tag) {
+  size_t received = 0;
+  DETCOLL_RETURN_IF_ERROR(comm.irecv(data, bytes, peer, tag)->wait(&received));
+  if (received != bytes) {
+    return Status::internal("expected " + std::to_string(bytes) + " bytes from rank " +
+                            std::to_string(peer) + ", received " + std::to_string(received));
+  }
+  return Status::ok();
+}
+
+Status waitAll(std::unique_ptr<Transfer>* transfers, size_t n) {
+  Status first;
+  for (size_t i = 0; i < n; ++i) {
+    if (!transfers[i]) continue;
+    Status s = transfers[i]->wait();
+    if (first.isOk() && !s.isOk()) first = s;
+  }
+  return first;
+}
+
+}  // namespace detcoll::collective
