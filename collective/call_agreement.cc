@@ -31,26 +31,10 @@ struct WireHeader {
 };
 static_assert(sizeof(WireHeader) == 32);
 
-// Sent only when the verdict is a failure, to word the message.
-struct WireDetail {
-  char name[64];
-  char error[192];
-};
-
 constexpr size_t kSlot = sizeof(WireHeader) + CallAgreement::kInlineBytes;
 
 uint8_t clampByte(int value) {
   return static_cast<uint8_t>(value < 0 || value > 255 ? 255 : value);
-}
-
-void copyText(char* out, size_t capacity, std::string_view text) {
-  const size_t n = std::min(capacity - 1, text.size());
-  std::memcpy(out, text.data(), n);
-  std::memset(out + n, 0, capacity - n);
-}
-
-std::string text(const char* field, size_t capacity) {
-  return std::string(field, strnlen(field, capacity));
 }
 
 const char* kindName(int kind) {
@@ -63,43 +47,30 @@ const char* kindName(int kind) {
       return "broadcast";
     case CallKind::kAllgather:
       return "allgather";
-    case CallKind::kSeed:
-      return "seed agreement";
-    case CallKind::kRestoreState:
-      return "random state restore";
+    case CallKind::kValue:
+      return "";
   }
   return "unknown call";
 }
 
+// One rank's record and, when the verdict is a failure, its texts.
 struct RankView {
   const WireHeader* header;
-  const WireDetail* detail;
+  std::string name;
+  std::string error;
 };
 
 std::string describeCall(const RankView& v) {
+  if (v.header->kind == static_cast<uint8_t>(CallKind::kValue)) return v.name;
   std::string s = kindName(v.header->kind);
-  const std::string name = text(v.detail->name, sizeof(v.detail->name));
-  if (!name.empty()) s += " '" + name + "'";
+  if (!v.name.empty()) s += " '" + v.name + "'";
   return s;
 }
 
-// "rank 0: a, rank 1: b, ..." listing every rank's value of one field (at most 8 ranks shown).
-std::string listValues(const std::vector<RankView>& all,
-                       const std::function<std::string(const RankView&)>& show) {
-  std::string s;
-  const size_t shown = std::min<size_t>(all.size(), 8);
-  for (size_t j = 0; j < shown; ++j) {
-    if (j > 0) s += ", ";
-    s += "rank " + std::to_string(j) + ": " + show(all[j]);
-  }
-  if (shown < all.size()) s += ", ...";
-  return s;
-}
-
-bool headersAgree(const char* slots, size_t slot, int p) {
-  const WireHeader& f = *reinterpret_cast<const WireHeader*>(slots);
+bool headersAgree(const Agreement& agreement, int p) {
+  const WireHeader& f = *reinterpret_cast<const WireHeader*>(agreement.record(0));
   for (int j = 0; j < p; ++j) {
-    const WireHeader* h = reinterpret_cast<const WireHeader*>(slots + j * slot);
+    const WireHeader* h = reinterpret_cast<const WireHeader*>(agreement.record(j));
     if (h->magic != kMagic || h->status != 0 || h->kind != f.kind || h->nameHash != f.nameHash ||
         h->mode != f.mode || h->dtype != f.dtype || h->op != f.op || h->count != f.count ||
         h->root != f.root || h->device != f.device) {
@@ -109,108 +80,92 @@ bool headersAgree(const char* slots, size_t slot, int p) {
   return true;
 }
 
-// The failure every rank words identically from the same headers and details.
+// The failure every rank words identically from the same headers and texts.
 Status failure(const std::vector<RankView>& all) {
-  for (size_t j = 0; j < all.size(); ++j) {
+  const int p = static_cast<int>(all.size());
+  for (int j = 0; j < p; ++j) {
     if (all[j].header->magic != kMagic) {
       return Status::internal("rank " + std::to_string(j) +
                               " sent a call description detcoll does not recognise");
     }
   }
   const RankView& first = all[0];
-  // Local failures first: they say what is wrong most precisely. Ranks with the same message are
-  // listed together.
-  std::vector<std::pair<std::string, std::vector<size_t>>> groups;  // message, ranks
+  // Local failures first: they say what is wrong most precisely.
+  std::vector<Status> local(p);
   int failing = 0;
-  StatusCode code = StatusCode::kSuccess;
-  for (size_t j = 0; j < all.size(); ++j) {
+  for (int j = 0; j < p; ++j) {
     if (all[j].header->status == 0) continue;
-    if (failing++ == 0) code = static_cast<StatusCode>(all[j].header->status);
-    const std::string message = text(all[j].detail->error, sizeof(all[j].detail->error));
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first == message; });
-    if (it == groups.end()) {
-      groups.push_back({message, {j}});
-    } else {
-      it->second.push_back(j);
-    }
+    ++failing;
+    local[j] = Status(static_cast<StatusCode>(all[j].header->status), all[j].error);
   }
   if (failing > 0) {
-    std::string listed;
-    for (size_t g = 0; g < groups.size() && g < 4; ++g) {
-      const auto& ranks = groups[g].second;
-      listed += (g > 0 ? "; " : "") + std::string(ranks.size() > 1 ? "ranks " : "rank ");
-      for (size_t k = 0; k < ranks.size(); ++k)
-        listed += (k > 0 ? ", " : "") + std::to_string(ranks[k]);
-      listed += ": " + groups[g].first;
-    }
-    if (groups.size() > 4) listed += "; and " + std::to_string(groups.size() - 4) + " more";
-    return Status(code, describeCall(first) + " failed on " + std::to_string(failing) + " of " +
-                            std::to_string(all.size()) + " ranks: " + listed);
+    const Status v = verdict(local);
+    return Status(v.code(), describeCall(first) + " failed on " + std::to_string(failing) + " of " +
+                                std::to_string(p) + " ranks: " + v.message());
   }
+  // Then the first field that differs, each value with the ranks that gave it.
   auto differs = [&](auto field) {
     return std::any_of(all.begin(), all.end(),
                        [&](const RankView& v) { return field(*v.header) != field(*first.header); });
   };
-  auto mismatch = [&](const std::string& what,
+  auto listed = [&](auto field, const std::function<std::string(const RankView&)>& show) {
+    const RankGroups groups =
+        groupRanks(p, [&](int a, int b) { return field(*all[a].header) == field(*all[b].header); });
+    return describeGroups(
+        groups, [&](int r) { return show(all[r]); }, Phrase::kValueOnRanks);
+  };
+  auto mismatch = [&](const std::string& what, auto field,
                       const std::function<std::string(const RankView&)>& show) {
     return Status::mismatch(describeCall(first) + ": " + what + " differs across ranks (" +
-                            listValues(all, show) + ")");
+                            listed(field, show) + ")");
   };
-  if (differs([](const WireHeader& h) { return h.kind; })) {
-    return Status::mismatch("ranks are making different calls (" + listValues(all, describeCall) +
+  // Which call: its kind, and for an agreement on a value the name, which says what it is.
+  const auto call = [](const WireHeader& h) {
+    const bool value = h.kind == static_cast<uint8_t>(CallKind::kValue);
+    return std::make_pair(h.kind, value ? h.nameHash : 0);
+  };
+  if (differs(call)) {
+    return Status::mismatch("ranks are making different calls (" + listed(call, describeCall) +
                             ")");
   }
-  if (differs([](const WireHeader& h) { return h.nameHash; })) {
-    return mismatch("the tensor name", [](const RankView& v) {
-      return "'" + text(v.detail->name, sizeof(v.detail->name)) + "'";
-    });
+  const auto nameHash = [](const WireHeader& h) { return h.nameHash; };
+  if (differs(nameHash)) {
+    return mismatch("the tensor name", nameHash,
+                    [](const RankView& v) { return "'" + v.name + "'"; });
   }
   if (differs([](const WireHeader& h) { return h.mode; })) {
-    return mismatch("the determinism mode",
-                    [](const RankView& v) { return modeName(static_cast<Mode>(v.header->mode)); });
+    return mismatch(
+        "the determinism mode", [](const WireHeader& h) { return h.mode; },
+        [](const RankView& v) { return modeName(static_cast<Mode>(v.header->mode)); });
   }
   if (differs([](const WireHeader& h) { return h.dtype; })) {
-    return mismatch("the dtype", [](const RankView& v) {
-      return dataTypeName(static_cast<DataType>(v.header->dtype));
-    });
+    return mismatch(
+        "the dtype", [](const WireHeader& h) { return h.dtype; },
+        [](const RankView& v) { return dataTypeName(static_cast<DataType>(v.header->dtype)); });
   }
   if (differs([](const WireHeader& h) { return h.op; })) {
-    return mismatch("the reduction op", [](const RankView& v) {
-      return reduceOpName(static_cast<ReduceOp>(v.header->op));
-    });
+    return mismatch(
+        "the reduction op", [](const WireHeader& h) { return h.op; },
+        [](const RankView& v) { return reduceOpName(static_cast<ReduceOp>(v.header->op)); });
   }
   if (differs([](const WireHeader& h) { return h.count; })) {
-    return mismatch("the element count",
-                    [](const RankView& v) { return std::to_string(v.header->count); });
+    return mismatch(
+        "the element count", [](const WireHeader& h) { return h.count; },
+        [](const RankView& v) { return std::to_string(v.header->count); });
   }
   if (differs([](const WireHeader& h) { return h.root; })) {
-    return mismatch("the root rank",
-                    [](const RankView& v) { return std::to_string(v.header->root); });
+    return mismatch(
+        "the root rank", [](const WireHeader& h) { return h.root; },
+        [](const RankView& v) { return std::to_string(v.header->root); });
   }
   if (differs([](const WireHeader& h) { return h.device; })) {
-    return mismatch("where the buffers live", [](const RankView& v) {
-      return std::string(v.header->device ? "device memory" : "host memory");
-    });
+    return mismatch(
+        "where the buffers live", [](const WireHeader& h) { return h.device; },
+        [](const RankView& v) {
+          return std::string(v.header->device ? "device memory" : "host memory");
+        });
   }
   return Status::internal("call descriptions disagree in a way detcoll cannot name");
-}
-
-// Every rank sends the same number of messages of a fixed capacity to every other rank.
-Status exchangeAll(Communicator& comm, std::vector<std::unique_ptr<Transfer>>& requests,
-                   char* slots, size_t slot, size_t bytes, int tag) {
-  const int p = comm.size();
-  const int rank = comm.rank();
-  requests.clear();
-  for (int j = 0; j < p; ++j) {
-    if (j != rank) requests.push_back(comm.irecv(slots + j * slot, slot, j, tag));
-  }
-  for (int j = 0; j < p; ++j) {
-    if (j != rank) requests.push_back(comm.isend(slots + rank * slot, bytes, j, tag));
-  }
-  Status status = waitAll(requests.data(), requests.size());
-  requests.clear();
-  return status;
 }
 
 }  // namespace
@@ -218,7 +173,6 @@ Status exchangeAll(Communicator& comm, std::vector<std::unique_ptr<Transfer>>& r
 Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, const void* payload,
                             size_t payloadBytes) {
   const int p = comm.size();
-  rank_ = comm.rank();
   if (payloadBytes > kInlineBytes) return Status::internal("inline payload too large");
   WireHeader h{};
   h.magic = kMagic;
@@ -234,40 +188,38 @@ Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, con
   h.count = mine.count;
   h.nameHash = hashName(mine.name);
 
-  if (slots_.size() < p * kSlot) slots_.resize(p * kSlot);
-  char* own = slots_.data() + rank_ * kSlot;
-  std::memcpy(own, &h, sizeof(h));
-  if (h.payloadBytes > 0) std::memcpy(own + sizeof(h), payload, h.payloadBytes);
-  DETCOLL_RETURN_IF_ERROR(exchangeAll(comm, requests_, slots_.data(), kSlot,
-                                      sizeof(h) + h.payloadBytes, kTagAgreement));
-  if (headersAgree(slots_.data(), kSlot, p)) return Status::ok();
+  record_.resize(sizeof(h) + h.payloadBytes);
+  std::memcpy(record_.data(), &h, sizeof(h));
+  if (h.payloadBytes > 0) std::memcpy(record_.data() + sizeof(h), payload, h.payloadBytes);
+  DETCOLL_RETURN_IF_ERROR(agreement_.exchangeRecords(comm, record_.data(), record_.size(), kSlot));
+  if (headersAgree(agreement_, p)) return Status::ok();
 
   // Every rank saw the same headers, so every rank takes this path: exchange the names and
   // error texts and word the failure.
-  std::vector<char> details(p * sizeof(WireDetail));
-  WireDetail& d = *reinterpret_cast<WireDetail*>(details.data() + rank_ * sizeof(WireDetail));
-  copyText(d.name, sizeof(d.name), mine.name);
-  copyText(d.error, sizeof(d.error), mine.local.message());
-  DETCOLL_RETURN_IF_ERROR(exchangeAll(comm, requests_, details.data(), sizeof(WireDetail),
-                                      sizeof(WireDetail), kTagAgreement));
+  std::vector<std::vector<std::string>> texts;
+  DETCOLL_RETURN_IF_ERROR(
+      agreement_.exchangeTexts(comm, {std::string(mine.name), mine.local.message()}, &texts));
   std::vector<RankView> all(p);
   for (int j = 0; j < p; ++j) {
-    all[j] = {reinterpret_cast<const WireHeader*>(slots_.data() + j * kSlot),
-              reinterpret_cast<const WireDetail*>(details.data() + j * sizeof(WireDetail))};
+    all[j].header = reinterpret_cast<const WireHeader*>(agreement_.record(j));
+    if (texts[j].size() == 2) {
+      all[j].name = texts[j][0];
+      all[j].error = texts[j][1];
+    }
   }
   return failure(all);
 }
 
 size_t CallAgreement::payloadBytes(int rank) const {
-  return reinterpret_cast<const WireHeader*>(slots_.data() + rank * kSlot)->payloadBytes;
+  return reinterpret_cast<const WireHeader*>(agreement_.record(rank))->payloadBytes;
 }
 
 int CallAgreement::leaves(int rank) const {
-  return reinterpret_cast<const WireHeader*>(slots_.data() + rank * kSlot)->leaves;
+  return reinterpret_cast<const WireHeader*>(agreement_.record(rank))->leaves;
 }
 
 const void* CallAgreement::payload(int rank) const {
-  return slots_.data() + rank * kSlot + sizeof(WireHeader);
+  return agreement_.record(rank) + sizeof(WireHeader);
 }
 
 }  // namespace detcoll::collective

@@ -1,19 +1,20 @@
 #pragma once
 
-// Before any data moves, the ranks exchange a fixed 256-byte description of the call each one is
-// making: kind, tensor name, mode, dtype, op, count, root, and the result of its local argument
-// checks. Every rank then computes the same verdict from the same descriptions, so bad input on
-// one rank, or ranks out of step, give the same error on every rank instead of a hang.
+// The call agreement (docs/design.md, "Agreement"): before any data moves, the ranks exchange a
+// 32-byte description of the call each one is making (kind, name hash, mode, dtype, op, count,
+// root, leaves, where the buffers live, and the result of its local argument checks) as the
+// records of an agreement (agreement.h). Every rank computes the same verdict from the same
+// records, so bad input on one rank, or ranks out of step, give the same error on every rank
+// instead of a hang. Names and error texts travel only when the verdict is a failure.
 //
-// A small allreduce travels inside the description (inline payload), so checking costs no extra
-// round trip where latency matters.
+// A small allreduce's leaves travel inside the record (inline payload), so that checking costs no
+// extra round trip where latency matters.
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
+#include "collective/agreement.h"
 #include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
@@ -27,13 +28,12 @@ enum class CallKind : int32_t {
   kAllreduce = 2,
   kBroadcast = 3,
   kAllgather = 4,
-  kSeed = 5,          // agreeing on the root seed
-  kRestoreState = 6,  // agreeing on a restored random state
+  kValue = 5,  // an agreement on a value (Collectives::agreeOnValue); the name describes the call
 };
 
 struct CallDescription {
   CallKind kind = CallKind::kAllreduce;
-  std::string_view name;  // tensor name, "" when none was given
+  std::string_view name;  // tensor name, "" when none was given; for kValue, the call itself
   int mode = 0;
   int dtype = 0;
   int op = 0;
@@ -60,9 +60,8 @@ class CallAgreement {
   int leaves(int rank) const;
 
  private:
-  std::vector<char> slots_;  // one slot per rank: header then inline payload
-  std::vector<std::unique_ptr<Transfer>> requests_;
-  int rank_ = 0;
+  Agreement agreement_;
+  std::vector<char> record_;  // this rank's header and payload
 };
 
 }  // namespace detcoll::collective

@@ -281,12 +281,13 @@ Status Collectives::agreeOnInit(Mode mode, const Status& local) {
   return agreement_.agree(comm_, call, nullptr, 0);
 }
 
-Status Collectives::agreeOnValue(CallKind kind, const std::string& what, const Status& local,
-                                 const AgreedValue& mine,
+Status Collectives::agreeOnValue(const std::string& callName, const std::string& what,
+                                 const Status& local, const AgreedValue& mine,
                                  const std::function<std::string(const AgreedValue&)>& describe,
                                  std::vector<AgreedValue>* all) {
   CallDescription call;
-  call.kind = kind;
+  call.kind = CallKind::kValue;
+  call.name = callName;
   call.count = 1;
   call.local = local;
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, &mine, sizeof mine));

@@ -14,7 +14,6 @@
 #include "collective/device_collectives.h"
 #include "collective/ordered_allreduce.h"
 #include "collective/transport/communicator.h"
-#include "collective/value_agreement.h"
 
 namespace detcoll::collective {
 
@@ -51,10 +50,11 @@ class Collectives {
   DevicePath& devicePath();
   // Agrees on a status (init): every rank fails if one does; the mode must match too.
   Status agreeOnInit(Mode mode, const Status& local);
-  // Agrees on a value every rank holds (compareValues of value_agreement.h), as a call of `kind`
-  // checked like any other: a local failure fails every rank, a rank making another call gives
-  // a mismatch. On success *all (if given) holds every rank's value.
-  Status agreeOnValue(CallKind kind, const std::string& what, const Status& local,
+  // Agrees on a value every rank holds (compareValues of agreement.h, on `what`) as a call that
+  // `call` describes ("seed agreement"), checked like any other: a local failure fails every
+  // rank, a rank making another call gives a mismatch. On success *all (if given) holds every
+  // rank's value.
+  Status agreeOnValue(const std::string& call, const std::string& what, const Status& local,
                       const AgreedValue& mine,
                       const std::function<std::string(const AgreedValue&)>& describe,
                       std::vector<AgreedValue>* all = nullptr);

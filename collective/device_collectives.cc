@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/allgather.h"
+#include "collective/agreement.h"
 #include "collective/broadcast.h"
 #include "collective/device_transport.h"
 #include "common/config.h"
@@ -18,6 +18,7 @@
 #include "collective/device_allreduce.h"
 #endif
 #if DETCOLL_WITH_NCCL
+#include "collective/allgather.h"
 #include "collective/transport/nccl_transport.h"
 #endif
 
@@ -77,26 +78,6 @@ Status DevicePath::checkDevice(int device) const {
                                  std::to_string(device_) + ", where the first one was called");
 }
 
-Status DevicePath::agreeAcrossRanks(const Status& local) {
-  // Each rank's status code and the start of its message; every rank words the same verdict.
-  struct Verdict {
-    uint8_t code;
-    char text[127];
-  };
-  Verdict mine{};
-  mine.code = static_cast<uint8_t>(local.code());
-  std::strncpy(mine.text, local.message().c_str(), sizeof(mine.text) - 1);
-  std::vector<Verdict> all(comm_.size());
-  DETCOLL_RETURN_IF_ERROR(collective::allgather(comm_, {&mine, all.data(), sizeof(Verdict)}));
-  for (int r = 0; r < comm_.size(); ++r) {
-    if (all[r].code != 0) {
-      return Status(static_cast<StatusCode>(all[r].code),
-                    "rank " + std::to_string(r) + ": " + std::string(all[r].text));
-    }
-  }
-  return Status::ok();
-}
-
 Status DevicePath::prepare(int device) {
   if (prepared_) return checkDevice(device);
   DETCOLL_RETURN_IF_ERROR(startNccl(device));
@@ -109,7 +90,7 @@ Status DevicePath::prepare(int device) {
     cudaStream_t s = nullptr;
     if (made.isOk()) made = cudaCheck(cudaStreamCreate(&s), "cudaStreamCreate");
     if (made.isOk()) libraryStream_ = s;
-    DETCOLL_RETURN_IF_ERROR(agreeAcrossRanks(made));
+    DETCOLL_RETURN_IF_ERROR(agreeOnStatus(comm_, made));
   }
 #endif
   prepared_ = true;
@@ -134,21 +115,21 @@ Status DevicePath::startNccl(int device) {
   }
   // Every rank on its device, or none goes into NCCL's init.
   std::unique_ptr<NcclTransport> transport;
-  Status started = agreeAcrossRanks(local);
+  Status started = agreeOnStatus(comm_, local);
   if (started.isOk()) {
     DeviceScope scope(device);
     local = scope.status();
-    started = agreeAcrossRanks(local);
+    started = agreeOnStatus(comm_, local);
     if (started.isOk()) {
       NcclTransport::UniqueId id;
       std::memcpy(id.data(), message.data() + 1, id.size());
       // A failure here may leave the other ranks inside NCCL's init: NCCL's own behaviour.
       local = NcclTransport::create(id, comm_.rank(), comm_.size(), &transport);
-      started = agreeAcrossRanks(local);
+      started = agreeOnStatus(comm_, local);
     }
   }
   if (started.isOk()) {
-    transport->setAgreement([this](const Status& s) { return agreeAcrossRanks(s); });
+    transport->setAgreement([this](const Status& s) { return agreeOnStatus(comm_, s); });
     nccl_ = std::move(transport);
     DETCOLL_LOG(kInfo) << "collectives on device memory run over NCCL on device " << device;
     return Status::ok();
@@ -208,7 +189,7 @@ Status DevicePath::stage(const void* const* buffers, int count, size_t bytes,
     }
     return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
   };
-  return agreeAcrossRanks(copy());
+  return agreeOnStatus(comm_, copy());
 }
 
 Status DevicePath::unstage(void* device, const void* host, size_t bytes) {

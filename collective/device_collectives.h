@@ -51,9 +51,6 @@ class DevicePath {
   // A local check, made before the call agreement: the buffers must be on the device the first
   // device call fixed.
   Status checkDevice(int device) const;
-  // The verdict over every rank's local status, the same on every rank (over the host
-  // communicator): the first failing rank's error, named.
-  Status agreeAcrossRanks(const Status& local);
 
  private:
   // Decides, at the first device call, NCCL or host; the same decision on every rank.

@@ -46,36 +46,25 @@ void Coordinator::submit(int rank, const std::string& name, const Descriptor& d,
 std::string Coordinator::disagreement(const std::string& name, const Pending& p,
                                       StatusCode* code) const {
   const std::string what = std::string(requestKindName(p.descriptors[0].kind)) + " '" + name + "'";
-  std::string invalid;
+  // The same verdict and wording as every agreement (collective/agreement.h): local failures
+  // first, then the ranks grouped by what they announced.
+  std::vector<Status> local(size_);
   for (int r = 0; r < size_; ++r) {
-    if (p.errors[r].empty()) continue;
-    invalid += (invalid.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " +
-               p.errors[r];
+    if (!p.errors[r].empty()) local[r] = Status::invalidArgument(p.errors[r]);
   }
-  if (!invalid.empty()) {
-    *code = StatusCode::kInvalidArgument;
-    return what + ": " + invalid;
+  const Status invalid = collective::verdict(local);
+  if (!invalid.isOk()) {
+    *code = invalid.code();
+    return what + ": " + invalid.message();
   }
-  // Ranks grouped by descriptor, in order of their lowest rank.
-  std::vector<std::pair<Descriptor, std::vector<int>>> groups;
-  for (int r = 0; r < size_; ++r) {
-    auto it = groups.begin();
-    while (it != groups.end() && it->first != p.descriptors[r]) ++it;
-    if (it == groups.end()) {
-      groups.push_back({p.descriptors[r], {r}});
-    } else {
-      it->second.push_back(r);
-    }
-  }
+  const collective::RankGroups groups = collective::groupRanks(
+      size_, [&](int a, int b) { return p.descriptors[a] == p.descriptors[b]; });
   if (groups.size() == 1) return "";
   *code = StatusCode::kMismatch;
-  std::string text = what + ": ranks disagree: ";
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& [d, ranks] = groups[g];
-    text += (g ? "; " : "") + describeRanks(ranks) + (ranks.size() == 1 ? " has " : " have ") +
-            describe(d);
-  }
-  return text;
+  return what + ": ranks disagree: " +
+         collective::describeGroups(
+             groups, [&](int r) { return describe(p.descriptors[r]); },
+             collective::Phrase::kRanksHaveValue);
 }
 
 void Coordinator::failGroup(uint64_t groupKey, const std::string& failed, StatusCode code,

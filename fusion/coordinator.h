@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "collective/value_agreement.h"
+#include "collective/agreement.h"
 #include "fusion/negotiation.h"
 #include "fusion/response_cache.h"
 

@@ -13,7 +13,7 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
-#include "collective/value_agreement.h"
+#include "collective/agreement.h"
 #include "common/config.h"
 #include "common/logging.h"
 
@@ -147,8 +147,7 @@ Status agreeOnGpuTransport(Runtime& runtime) {
         return "auto";
     }
   };
-  return runtime.collectives->agreeOnValue(collective::CallKind::kInit, "DETCOLL_GPU_TRANSPORT",
-                                           local, mine, name);
+  return runtime.collectives->agreeOnValue("init", "DETCOLL_GPU_TRANSPORT", local, mine, name);
 }
 
 Status initialize() {

@@ -8,7 +8,7 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
-#include "collective/value_agreement.h"
+#include "collective/agreement.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "kernels/rng/fill.h"
@@ -101,8 +101,8 @@ Status initializeRandomState(Runtime& runtime) {
   collective::AgreedValue mine;
   mine.present = runtime.config.seedSet;
   mine.words[0] = runtime.config.seed;
-  DETCOLL_RETURN_IF_ERROR(runtime.collectives->agreeOnValue(
-      collective::CallKind::kSeed, "DETCOLL_SEED", Status::ok(), mine, seedText));
+  DETCOLL_RETURN_IF_ERROR(runtime.collectives->agreeOnValue("seed agreement", "DETCOLL_SEED",
+                                                            Status::ok(), mine, seedText));
   uint64_t seed = runtime.config.seed;
   if (!runtime.config.seedSet) {
     // Rank 0 draws; a failure to draw fails init on every rank.
@@ -136,7 +136,7 @@ detcoll_status_t detcoll_rng_seed(uint64_t seed) {
   mine.present = true;
   mine.words[0] = seed;
   Status status = g_runtime->collectives->agreeOnValue(
-      collective::CallKind::kSeed, "detcoll_rng_seed: the seed", Status::ok(), mine, seedText);
+      "seed agreement", "detcoll_rng_seed: the seed", Status::ok(), mine, seedText);
   if (status.isOk()) {
     std::lock_guard<std::mutex> state(g_runtime->rngMutex);
     rng::SeedState next(seed);
@@ -294,7 +294,7 @@ detcoll_status_t detcoll_rng_state_restore(const void* buf, size_t size) {
     return "seed " + std::to_string(v.words[0]) + " (state hash " + hash + ")";
   };
   Status status = g_runtime->collectives->agreeOnValue(
-      collective::CallKind::kRestoreState, "the restored random state", local, mine, describe);
+      "random state restore", "the restored random state", local, mine, describe);
   if (status.isOk()) {
     std::lock_guard<std::mutex> state(g_runtime->rngMutex);
     g_runtime->rng = std::move(restored);

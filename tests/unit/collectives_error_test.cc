@@ -148,8 +148,8 @@ TEST(CollectivesErrorTest, MismatchedMemoryKinds) {
                             return c;
                           },
                           StatusCode::kMismatch,
-                          {"where the buffers live differs across ranks", "rank 0: host memory",
-                           "rank 1: device memory", "rank 2: host memory"});
+                          {"where the buffers live differs across ranks",
+                           "host memory on ranks 0 and 2", "device memory on rank 1"});
   }
 }
 

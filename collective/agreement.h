@@ -1,0 +1,102 @@
+#pragma once
+
+// How ranks agree (docs/design.md, "Agreement"). Every rank contributes a fixed-size record; one
+// exchange gives every rank every record, and every rank computes the same verdict from the same
+// records. Only when that verdict is a failure (some rank's local check failed, or the records
+// differ) do the ranks exchange texts (error messages, names), so that every rank words the
+// failure identically. A failure is never one rank's alone: bad input on one rank, or ranks out of
+// step, fail every rank with the same status and message instead of leaving some waiting.
+//
+// The wording is one too: ranks with equal values form a group, groups come in order of their
+// lowest rank, and a group is named "rank 3" or "ranks 0, 2 and 5".
+//
+// Users: the call agreement before every blocking collective (call_agreement.h), agreements on a
+// value (the root seed, a restored random state, DETCOLL_GPU_TRANSPORT: Collectives::agreeOnValue),
+// the device path's agreements on local steps (device_path.h), and the fusion coordinator's
+// verdicts on what ranks announced (fusion/coordinator.h), which it words with the same functions.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/transport/communicator.h"
+#include "common/status.h"
+
+namespace detcoll::collective {
+
+// ---- wording
+// -------------------------------------------------------------------------------------
+
+// "rank 3", "ranks 0 and 1", "ranks 0, 2 and 5".
+std::string describeRanks(const std::vector<int>& ranks);
+
+// Ranks 0 .. n-1 grouped by equal values (same(a, b) compares ranks a and b): each group in rank
+// order, groups in order of their lowest rank.
+using RankGroups = std::vector<std::vector<int>>;
+RankGroups groupRanks(int n, const std::function<bool(int a, int b)>& same);
+
+// How a group and its value read.
+enum class Phrase {
+  kRanksThenValue,  // "rank 1: sendbuf is null; ranks 0 and 2: root 5 is not a rank" (errors)
+  kValueOnRanks,    // "42 on ranks 0 and 1; 43 on rank 2" (values)
+  kRanksHaveValue,  // "ranks 0 and 2 have X; rank 1 has Y" (descriptions)
+};
+// The groups, each with valueOf(its lowest rank), joined by "; "; past kShownGroups groups the
+// rest are counted ("; and 3 more").
+constexpr size_t kShownGroups = 8;
+std::string describeGroups(const RankGroups& groups, const std::function<std::string(int)>& valueOf,
+                           Phrase phrase);
+
+// The verdict over every rank's status: ok when all are; else the code of the lowest failing rank
+// and the failing ranks grouped by message ("rank 1: x; ranks 2 and 3: y").
+Status verdict(const std::vector<Status>& statuses);
+
+// ---- the exchange
+// --------------------------------------------------------------------------------
+
+// One agreement's messages over a communicator. Records and texts travel all-to-all, with the
+// agreement's own tag; every rank makes the same calls in the same order.
+class Agreement {
+ public:
+  // Sends `bytes` of `record` to every rank and receives every rank's record, each at most
+  // `capacity` bytes; record(j) is then rank j's (this rank's own too).
+  Status exchangeRecords(Communicator& comm, const void* record, size_t bytes, size_t capacity);
+  const char* record(int rank) const { return records_.data() + rank * capacity_; }
+
+  // Every rank's texts (any number of any length). Called by every rank or by none: the ranks
+  // decide from the records they all hold.
+  Status exchangeTexts(Communicator& comm, const std::vector<std::string>& mine,
+                       std::vector<std::vector<std::string>>* all);
+
+ private:
+  Status exchange(Communicator& comm, char* slots, const size_t* bytes, size_t capacity);
+
+  std::vector<char> records_;
+  size_t capacity_ = 0;
+  std::vector<std::unique_ptr<Transfer>> transfers_;
+};
+
+// Agrees on a local status: every rank returns verdict() of every rank's status. One exchange of
+// status codes; the messages travel only when some rank failed.
+Status agreeOnStatus(Communicator& comm, const Status& local);
+
+// ---- values
+// ---------------------------------------------------------------------------------------
+
+// A small value every rank holds (a seed, a hash of a state, a setting), agreed through the call
+// agreement (Collectives::agreeOnValue) so that a rank making another call is told so.
+struct AgreedValue {
+  bool present = false;  // false: this rank has no value
+  uint64_t words[2] = {0, 0};
+};
+
+// OK when every rank's value is the same (all absent counts as the same); else a mismatch that
+// starts with `what` ("DETCOLL_SEED differs between ranks: ") and renders each group's value with
+// describe ("42", "unset").
+Status compareValues(const std::string& what, const std::vector<AgreedValue>& values,
+                     const std::function<std::string(const AgreedValue&)>& describe);
+
+}  // namespace detcoll::collective
