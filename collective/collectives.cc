@@ -8,7 +8,7 @@
 
 #include "collective/allgather.h"
 #include "collective/broadcast.h"
-#include "collective/buffers.h"
+#include "collective/call_checks.h"
 #include "collective/invariant_allreduce.h"
 #include "collective/mode_allreduce.h"
 #include "kernels/fixed_point.h"
@@ -17,35 +17,15 @@
 namespace detcoll::collective {
 namespace {
 
-// Checks one rank can make on its own; the first failure wins. The message is built only on
-// failure: these checks run on every call, small ones included.
-class LocalChecks {
- public:
-  explicit LocalChecks(const Status& precheck) : status_(precheck) {}
-  template <typename Message>
-  void require(bool condition, Message message) {
-    if (status_.isOk() && !condition) status_ = Status::invalidArgument(message());
-  }
-  const Status& status() const { return status_; }
-
- private:
-  Status status_;
-};
-
-void checkDtype(LocalChecks& checks, int dtype, size_t count, size_t factor) {
-  checks.require(isValidDataType(dtype), [&] { return "unknown dtype " + std::to_string(dtype); });
-  if (!checks.status().isOk()) return;
-  const size_t es = dataTypeSize(static_cast<DataType>(dtype));
-  checks.require(count <= SIZE_MAX / es / factor, [&] {
-    return "count " + std::to_string(count) + " overflows the size of a buffer";
-  });
-}
-
-// Device buffers must be on the device of the device path.
-void checkDevice(LocalChecks& checks, int device, Collectives& collectives) {
-  if (device < 0 || !checks.status().isOk()) return;
-  const Status onDevice = collectives.devicePath().checkDevice(device);
-  checks.require(onDevice.isOk(), [&] { return onDevice.message(); });
+// The local checks of a call: the caller's own failure if it found one, else checkCall's verdict,
+// then (device buffers) whether they are on the device path's device.
+Status localChecks(const Status& precheck, const CallArguments& call, int device,
+                   Collectives& collectives) {
+  if (!precheck.isOk()) return precheck;
+  Communicator& comm = collectives.communicator();
+  DETCOLL_RETURN_IF_ERROR(checkCall(call, comm.rank(), comm.size()));
+  if (device >= 0) return collectives.devicePath().checkDevice(device);
+  return Status::ok();
 }
 
 }  // namespace
@@ -65,33 +45,17 @@ Status Collectives::allreduceLeaves(Mode mode, const void* const* leaves, int nl
 Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, void* recv,
                            size_t count, int dtype, int op, const char* name,
                            const Status& precheck, bool single, int device) {
-  LocalChecks checks(precheck);
-  checkDtype(checks, dtype, count, 1);
-  checks.require(isValidReduceOp(op), [&] { return "unknown reduction op " + std::to_string(op); });
-  checks.require(leaves != nullptr, [&] { return "leaves is null"; });
-  checks.require(nleaves >= 1 && nleaves <= kMaxLeavesPerRank, [&] {
-    return "nleaves is " + std::to_string(nleaves) + "; a rank contributes 1 to " +
-           std::to_string(kMaxLeavesPerRank) + " leaves";
-  });
-  const int n = checks.status().isOk() ? nleaves : 0;
-  auto leafName = [&](int l) {
-    return single ? std::string("sendbuf") : "leaves[" + std::to_string(l) + "]";
-  };
-  for (int l = 0; l < n; ++l) {
-    checks.require(count == 0 || leaves[l] != nullptr, [&] {
-      return leafName(l) + " is null while count is " + std::to_string(count);
-    });
-  }
-  checks.require(count == 0 || recv != nullptr,
-                 [&] { return "recvbuf is null while count is " + std::to_string(count); });
-  const size_t bytes =
-      checks.status().isOk() ? count * dataTypeSize(static_cast<DataType>(dtype)) : 0;
-  for (int l = 0; l < n; ++l) {
-    checks.require(!overlapsPartially(leaves[l], bytes, recv, bytes), [&] {
-      return leafName(l) + " and recvbuf overlap without being the same buffer";
-    });
-  }
-  checkDevice(checks, device, *this);
+  CallArguments args;
+  args.leaves = leaves;
+  args.nleaves = nleaves;
+  args.namedLeaves = !single;
+  args.recv = recv;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  const Status local = localChecks(precheck, args, device, *this);
+  const int n = local.isOk() ? nleaves : 0;
+  const size_t bytes = local.isOk() ? count * dataTypeSize(static_cast<DataType>(dtype)) : 0;
   const auto type = static_cast<DataType>(dtype);
   const auto reduceOp = static_cast<ReduceOp>(op);
 
@@ -100,7 +64,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   // memory never does: it is not readable here.
   const void* payload = nullptr;
   size_t payloadBytes = 0;
-  const bool ok = checks.status().isOk() && device < 0;
+  const bool ok = local.isOk() && device < 0;
   if (ok && mode == Mode::kOrdered && bytes <= CallAgreement::kInlineBytes) {
     payload = contribution(leaves, n, count, type, reduceOp);
     payloadBytes = bytes;
@@ -119,7 +83,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   call.leaves = std::max(n, 1);
   call.count = count;
   call.device = device >= 0;
-  call.local = checks.status();
+  call.local = local;
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, payload, payloadBytes));
   const int p = comm_.size();
   int64_t total = 0;
@@ -198,15 +162,12 @@ const void* Collectives::contribution(const void* const* leaves, int n, size_t c
 
 Status Collectives::broadcast(void* data, size_t count, int dtype, int root, const char* name,
                               const Status& precheck, int device) {
-  LocalChecks checks(precheck);
-  checkDtype(checks, dtype, count, 1);
-  checks.require(count == 0 || data != nullptr,
-                 [&] { return "buf is null while count is " + std::to_string(count); });
-  checks.require(root >= 0 && root < comm_.size(), [&] {
-    return "root " + std::to_string(root) + " is not a rank of a world of " +
-           std::to_string(comm_.size());
-  });
-  checkDevice(checks, device, *this);
+  CallArguments args;
+  args.kind = CallKind::kBroadcast;
+  args.recv = data;
+  args.count = count;
+  args.dtype = dtype;
+  args.root = root;
   CallDescription call;
   call.kind = CallKind::kBroadcast;
   call.name = name ? name : "";
@@ -214,7 +175,7 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
   call.root = root;
   call.count = count;
   call.device = device >= 0;
-  call.local = checks.status();
+  call.local = localChecks(precheck, args, device, *this);
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
   if (count == 0) return Status::ok();
   const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
@@ -228,27 +189,19 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
 
 Status Collectives::allgather(const void* send, void* recv, size_t count, int dtype,
                               const char* name, const Status& precheck, int device) {
-  LocalChecks checks(precheck);
-  const size_t p = static_cast<size_t>(comm_.size());
-  checkDtype(checks, dtype, count, p);
-  checks.require(count == 0 || send != nullptr,
-                 [&] { return "sendbuf is null while count is " + std::to_string(count); });
-  checks.require(count == 0 || recv != nullptr,
-                 [&] { return "recvbuf is null while count is " + std::to_string(count); });
-  if (checks.status().isOk() && count > 0) {
-    const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
-    const char* slot = static_cast<const char*>(recv) + comm_.rank() * bytes;
-    checks.require(send == slot || !overlapsPartially(send, bytes, recv, bytes * p),
-                   [&] { return "sendbuf overlaps recvbuf other than at this rank's slot"; });
-  }
-  checkDevice(checks, device, *this);
+  CallArguments args;
+  args.kind = CallKind::kAllgather;
+  args.send = send;
+  args.recv = recv;
+  args.count = count;
+  args.dtype = dtype;
   CallDescription call;
   call.kind = CallKind::kAllgather;
   call.name = name ? name : "";
   call.dtype = dtype;
   call.count = count;
   call.device = device >= 0;
-  call.local = checks.status();
+  call.local = localChecks(precheck, args, device, *this);
   DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
   if (count == 0) return Status::ok();
   const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));

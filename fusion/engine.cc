@@ -8,7 +8,7 @@
 
 #include "collective/allgather.h"
 #include "collective/broadcast.h"
-#include "collective/buffers.h"
+#include "collective/call_checks.h"
 #include "collective/mode_allreduce.h"
 #include "common/hash.h"
 #include "common/logging.h"
@@ -136,39 +136,18 @@ Status Engine::start() {
 std::string Engine::localCheck(const RequestSpec& spec) const {
   if (!spec.localError.empty()) return spec.localError;
   const Descriptor& d = spec.descriptor;
-  const size_t es = dataTypeSize(d.type);
-  const size_t p = static_cast<size_t>(comm_.size());
-  if (d.count > SIZE_MAX / es / p) {
-    return "count " + std::to_string(d.count) + " overflows the size of a buffer";
-  }
-  const size_t bytes = d.bytes();
-  switch (d.kind) {
-    case RequestKind::kAllreduce:
-      if (d.count > 0 && spec.send == nullptr) return "sendbuf is null";
-      if (d.count > 0 && spec.recv == nullptr) return "recvbuf is null";
-      if (collective::overlapsPartially(spec.send, bytes, spec.recv, bytes)) {
-        return "sendbuf and recvbuf overlap without being the same buffer";
-      }
-      break;
-    case RequestKind::kBroadcast:
-      if (d.count > 0 && spec.recv == nullptr) return "buf is null";
-      if (d.root < 0 || d.root >= comm_.size()) {
-        return "root " + std::to_string(d.root) + " is not a rank of a world of " +
-               std::to_string(comm_.size());
-      }
-      break;
-    case RequestKind::kAllgather: {
-      if (d.count > 0 && spec.send == nullptr) return "sendbuf is null";
-      if (d.count > 0 && spec.recv == nullptr) return "recvbuf is null";
-      const char* slot = static_cast<const char*>(spec.recv) + comm_.rank() * bytes;
-      if (spec.send != slot &&
-          collective::overlapsPartially(spec.send, bytes, spec.recv, bytes * p)) {
-        return "sendbuf overlaps recvbuf other than at this rank's slot";
-      }
-      break;
-    }
-  }
-  return "";
+  collective::CallArguments call;
+  call.kind = d.kind == RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
+              : d.kind == RequestKind::kBroadcast ? collective::CallKind::kBroadcast
+                                                  : collective::CallKind::kAllgather;
+  call.leaves = &spec.send;
+  call.send = spec.send;
+  call.recv = spec.recv;
+  call.count = d.count;
+  call.dtype = static_cast<int>(d.type);
+  call.op = static_cast<int>(d.op);
+  call.root = d.root;
+  return collective::checkCall(call, comm_.rank(), comm_.size()).message();
 }
 
 Status Engine::enqueue(RequestSpec spec, Request::Callback callback, RequestPtr* request) {

@@ -14,6 +14,7 @@
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
 #include "collective/agreement.h"
+#include "collective/call_checks.h"
 #include "common/config.h"
 #include "common/logging.h"
 
@@ -246,17 +247,25 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
   d.count = count;
   d.root = root;
   d.mode = currentMode();
-  if (isValidDataType(dtype)) {
-    d.type = static_cast<DataType>(dtype);
-  } else {
-    spec.localError = "unknown dtype " + std::to_string(dtype);
-  }
-  if (kind == fusion::RequestKind::kAllreduce) {
-    if (isValidReduceOp(op)) {
-      d.op = static_cast<ReduceOp>(op);
-    } else if (spec.localError.empty()) {
-      spec.localError = "unknown reduction op " + std::to_string(op);
-    }
+  // The raw dtype and op through the one check of a call's arguments: a descriptor holds valid
+  // values only (the engine checks the rest of a valid request itself).
+  collective::CallArguments call;
+  call.kind = kind == fusion::RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
+              : kind == fusion::RequestKind::kBroadcast ? collective::CallKind::kBroadcast
+                                                        : collective::CallKind::kAllgather;
+  call.leaves = &spec.send;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.root = root;
+  const Status checked =
+      collective::checkCall(call, g_runtime->comm->rank(), g_runtime->comm->size());
+  spec.localError = checked.message();
+  if (isValidDataType(dtype)) d.type = static_cast<DataType>(dtype);
+  if (kind == fusion::RequestKind::kAllreduce && isValidReduceOp(op)) {
+    d.op = static_cast<ReduceOp>(op);
   }
   // The fusion engine packs host buffers; device buffers take the blocking calls.
   const char* why =
