@@ -1,6 +1,6 @@
 #pragma once
 
-// The CUDA device as an executor of data-parallel bodies (kernels/ops/parallel.h,
+// The CUDA device as an executor of data-parallel bodies (kernels/ops/bodies/,
 // kernels/reduce_parallel.h): stream-ordered scratch, a grid-stride kernel per body, CUB for sorts
 // and min/max. The first CUDA failure is kept and reported by status(). CUDA sources only.
 

@@ -78,7 +78,7 @@ nvcc=("$cuda/bin/nvcc" -std=c++17 -O2 -x cu
   --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -Xcompiler=-ffp-contract=off
   -diag-suppress=2810 -I. -I"$gtest/include" -I"$gtest")
 core=(common/status.cc common/dtype.cc kernels/ops/segment.cc kernels/ops/scatter.cc
-  kernels/ops/reduce.cc kernels/ops/resample.cc kernels/ops/op_checks.cc kernels/ops/device.cu
+  kernels/ops/axis_sums.cc kernels/ops/resample.cc kernels/ops/op_checks.cc kernels/ops/device.cu
   kernels/fold.cc kernels/fixed_point.cc kernels/reduce_device.cu collective/device_allreduce.cu
   collective/communicator.cc collective/ring_allreduce.cc collective/direct_allreduce.cc
   collective/ordered_allreduce.cc collective/invariant_allreduce.cc

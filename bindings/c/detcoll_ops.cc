@@ -7,7 +7,7 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
-#include "kernels/ops/reduce.h"
+#include "kernels/ops/axis_sums.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 
@@ -28,7 +28,8 @@ Status hostBuffers(const char* op, std::initializer_list<std::pair<const void*, 
   return Status::ok();
 }
 
-Status shapeOf(const char* op, const char* what, const int64_t* dims, int ndim, ops::Shape* shape) {
+Status shapeOf(const char* op, const char* what, const int64_t* dims, int ndim,
+               kernels::ops::Shape* shape) {
   if (ndim < 0 || ndim > 16 || (ndim > 0 && dims == nullptr)) {
     return Status::invalidArgument(std::string(op) + ": " + what + " needs 0 to 16 dimensions");
   }
@@ -46,7 +47,7 @@ Status typeOf(const char* op, detcoll_dtype_t dtype, DataType* type) {
 }
 
 Status poolOf(const char* op, const detcoll_pool2d_t* pool, int64_t planes, int64_t inHeight,
-              int64_t inWidth, ops::Pool2d* p) {
+              int64_t inWidth, kernels::ops::Pool2d* p) {
   if (pool == nullptr) return Status::invalidArgument(std::string(op) + ": pool is null");
   p->planes = planes;
   p->inHeight = inHeight;
@@ -85,14 +86,15 @@ detcoll_status_t detcoll_scatter_add(void* self, const int64_t* self_shape, int 
                                      const int64_t* index_shape, const void* src,
                                      const int64_t* src_shape) {
   const char* op = "scatter_add";
-  ops::Shape s, i, r;
+  kernels::ops::Shape s, i, r;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "self", self_shape, ndim, &s);
   if (status.isOk()) status = shapeOf(op, "index", index_shape, ndim, &i);
   if (status.isOk()) status = shapeOf(op, "src", src_shape, ndim, &r);
   if (status.isOk()) status = hostBuffers(op, {{self, "self"}, {index, "index"}, {src, "src"}});
-  if (status.isOk()) status = ops::scatterAdd(self, s, type, dim, index, i, src, r, g_opsThreads);
+  if (status.isOk())
+    status = kernels::ops::scatterAdd(self, s, type, dim, index, i, src, r, g_opsThreads);
   return finish(status);
 }
 
@@ -101,7 +103,7 @@ detcoll_status_t detcoll_index_add(void* self, const int64_t* self_shape, int nd
                                    int64_t index_count, const void* source,
                                    const int64_t* source_shape, double alpha) {
   const char* op = "index_add";
-  ops::Shape s, r;
+  kernels::ops::Shape s, r;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "self", self_shape, ndim, &s);
@@ -110,7 +112,8 @@ detcoll_status_t detcoll_index_add(void* self, const int64_t* self_shape, int nd
     status = hostBuffers(op, {{self, "self"}, {index, "index"}, {source, "source"}});
   }
   if (status.isOk()) {
-    status = ops::indexAdd(self, s, type, dim, index, index_count, source, r, alpha, g_opsThreads);
+    status = kernels::ops::indexAdd(self, s, type, dim, index, index_count, source, r, alpha,
+                                    g_opsThreads);
   }
   return finish(status);
 }
@@ -120,7 +123,7 @@ detcoll_status_t detcoll_unsorted_segment_reduce(void* out, int64_t segments, de
                                                  int ndim, const int64_t* segment_ids, int id_dims,
                                                  int mean) {
   const char* op = mean ? "unsorted_segment_mean" : "unsorted_segment_sum";
-  ops::Shape d;
+  kernels::ops::Shape d;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "data", data_shape, ndim, &d);
@@ -128,8 +131,8 @@ detcoll_status_t detcoll_unsorted_segment_reduce(void* out, int64_t segments, de
     status = hostBuffers(op, {{out, "out"}, {data, "data"}, {segment_ids, "segment_ids"}});
   }
   if (status.isOk()) {
-    status = ops::unsortedSegmentReduce(out, segments, type, data, d, segment_ids, id_dims,
-                                        mean != 0, g_opsThreads);
+    status = kernels::ops::unsortedSegmentReduce(out, segments, type, data, d, segment_ids, id_dims,
+                                                 mean != 0, g_opsThreads);
   }
   return finish(status);
 }
@@ -146,8 +149,9 @@ detcoll_status_t detcoll_embedding_backward(void* grad_weight, int64_t num_weigh
         op, {{grad_weight, "grad_weight"}, {grad_output, "grad_output"}, {indices, "indices"}});
   }
   if (status.isOk()) {
-    status = ops::embeddingBackward(grad_weight, num_weights, type, grad_output, count, dim,
-                                    indices, padding_idx, scale_grad_by_freq != 0, g_opsThreads);
+    status = kernels::ops::embeddingBackward(grad_weight, num_weights, type, grad_output, count,
+                                             dim, indices, padding_idx, scale_grad_by_freq != 0,
+                                             g_opsThreads);
   }
   return finish(status);
 }
@@ -169,9 +173,9 @@ detcoll_status_t detcoll_embedding_bag_backward(void* grad_weight, int64_t num_w
                               {per_sample_weights, "per_sample_weights"}});
   }
   if (status.isOk()) {
-    status = ops::embeddingBagBackward(grad_weight, num_weights, type, grad_output, bags, dim,
-                                       indices, count, offsets, mean != 0, per_sample_weights,
-                                       padding_idx, g_opsThreads);
+    status = kernels::ops::embeddingBagBackward(grad_weight, num_weights, type, grad_output, bags,
+                                                dim, indices, count, offsets, mean != 0,
+                                                per_sample_weights, padding_idx, g_opsThreads);
   }
   return finish(status);
 }
@@ -186,7 +190,8 @@ detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_
     status = hostBuffers(op, {{out, "out"}, {input, "input"}, {weights, "weights"}});
   }
   if (status.isOk()) {
-    status = ops::bincount(out, out_length, type, input, count, weights, minlength, g_opsThreads);
+    status = kernels::ops::bincount(out, out_length, type, input, count, weights, minlength,
+                                    g_opsThreads);
   }
   return finish(status);
 }
@@ -195,7 +200,7 @@ detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int
                                        detcoll_dtype_t dtype, const int* axes, int naxes,
                                        void* out) {
   const char* op = "sum";
-  ops::Shape s;
+  kernels::ops::Shape s;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "in", shape, ndim, &s);
@@ -204,7 +209,8 @@ detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int
   }
   if (status.isOk()) status = hostBuffers(op, {{in, "in"}, {out, "out"}});
   if (status.isOk()) {
-    status = ops::sumOverAxes(in, s, type, std::vector<int>(axes, axes + naxes), out, g_opsThreads);
+    status = kernels::ops::sumOverAxes(in, s, type, std::vector<int>(axes, axes + naxes), out,
+                                       g_opsThreads);
   }
   return finish(status);
 }
@@ -212,13 +218,13 @@ detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int
 detcoll_status_t detcoll_bias_add_grad(const void* grad, const int64_t* shape, int ndim,
                                        detcoll_dtype_t dtype, int channels_first, void* out) {
   const char* op = "bias_add_grad";
-  ops::Shape s;
+  kernels::ops::Shape s;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "grad", shape, ndim, &s);
   if (status.isOk()) status = hostBuffers(op, {{grad, "grad"}, {out, "out"}});
   if (status.isOk()) {
-    status = ops::biasAddGrad(grad, s, type, channels_first != 0, out, g_opsThreads);
+    status = kernels::ops::biasAddGrad(grad, s, type, channels_first != 0, out, g_opsThreads);
   }
   return finish(status);
 }
@@ -235,7 +241,7 @@ detcoll_status_t detcoll_upsample_bilinear2d_backward(void* grad_input, const vo
     status = hostBuffers(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}});
   }
   if (status.isOk()) {
-    ops::Bilinear shape;
+    kernels::ops::Bilinear shape;
     shape.planes = planes;
     shape.inHeight = in_h;
     shape.inWidth = in_w;
@@ -244,16 +250,16 @@ detcoll_status_t detcoll_upsample_bilinear2d_backward(void* grad_input, const vo
     shape.alignCorners = align_corners != 0;
     shape.scaleHeight = scale_h;
     shape.scaleWidth = scale_w;
-    status = ops::bilinear2dBackward(grad_input, grad_output, type, shape, g_opsThreads);
+    status = kernels::ops::bilinear2dBackward(grad_input, grad_output, type, shape, g_opsThreads);
   }
   return finish(status);
 }
 
 detcoll_status_t detcoll_max_pool2d_output_size(const detcoll_pool2d_t* pool, int64_t in_h,
                                                 int64_t in_w, int64_t* out_h, int64_t* out_w) {
-  ops::Pool2d p;
+  kernels::ops::Pool2d p;
   Status status = poolOf("max_pool2d", pool, 0, in_h, in_w, &p);
-  if (status.isOk()) status = ops::pool2dOutputSize(p, out_h, out_w);
+  if (status.isOk()) status = kernels::ops::pool2dOutputSize(p, out_h, out_w);
   return finish(status);
 }
 
@@ -262,11 +268,11 @@ detcoll_status_t detcoll_max_pool2d(void* out, int64_t* indices, const void* in,
                                     int64_t in_w, const detcoll_pool2d_t* pool) {
   const char* op = "max_pool2d";
   DataType type;
-  ops::Pool2d p;
+  kernels::ops::Pool2d p;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = poolOf(op, pool, planes, in_h, in_w, &p);
   if (status.isOk()) status = hostBuffers(op, {{out, "out"}, {indices, "indices"}, {in, "in"}});
-  if (status.isOk()) status = ops::maxPool2d(out, indices, in, type, p, g_opsThreads);
+  if (status.isOk()) status = kernels::ops::maxPool2d(out, indices, in, type, p, g_opsThreads);
   return finish(status);
 }
 
@@ -276,7 +282,7 @@ detcoll_status_t detcoll_max_pool2d_backward(void* grad_input, const void* grad_
                                              const detcoll_pool2d_t* pool) {
   const char* op = "max_pool2d_backward";
   DataType type;
-  ops::Pool2d p;
+  kernels::ops::Pool2d p;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = poolOf(op, pool, planes, in_h, in_w, &p);
   if (status.isOk()) {
@@ -284,7 +290,8 @@ detcoll_status_t detcoll_max_pool2d_backward(void* grad_input, const void* grad_
         op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}, {indices, "indices"}});
   }
   if (status.isOk()) {
-    status = ops::maxPool2dBackward(grad_input, grad_output, indices, type, p, g_opsThreads);
+    status =
+        kernels::ops::maxPool2dBackward(grad_input, grad_output, indices, type, p, g_opsThreads);
   }
   return finish(status);
 }

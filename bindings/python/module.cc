@@ -125,6 +125,32 @@ detcoll_status_t fill(const std::string& kind, const detcoll_rng_key_t& key, uin
 
 PYBIND11_MODULE(_detcoll, m) {
   m.doc() = "detcoll's C API; use the detcoll and detcoll.torch packages";
+
+  // The C API's enumerators (detcoll.h) as ints, each named as in C without DETCOLL_: the package
+  // takes the codes it passes and compares from here rather than retyping their values.
+#define DETCOLL_EXPORT_ENUMERATOR(name) m.attr(#name) = static_cast<int>(DETCOLL_##name)
+  DETCOLL_EXPORT_ENUMERATOR(SUCCESS);  // detcoll_status_t
+  DETCOLL_EXPORT_ENUMERATOR(ERR_INVALID_ARGUMENT);
+  DETCOLL_EXPORT_ENUMERATOR(ERR_MISMATCH);
+  DETCOLL_EXPORT_ENUMERATOR(ERR_TIMEOUT);
+  DETCOLL_EXPORT_ENUMERATOR(ERR_BACKEND);
+  DETCOLL_EXPORT_ENUMERATOR(ERR_NOT_INITIALIZED);
+  DETCOLL_EXPORT_ENUMERATOR(ERR_INTERNAL);
+  DETCOLL_EXPORT_ENUMERATOR(FLOAT32);  // detcoll_dtype_t
+  DETCOLL_EXPORT_ENUMERATOR(FLOAT64);
+  DETCOLL_EXPORT_ENUMERATOR(FLOAT16);
+  DETCOLL_EXPORT_ENUMERATOR(BFLOAT16);
+  DETCOLL_EXPORT_ENUMERATOR(INT32);
+  DETCOLL_EXPORT_ENUMERATOR(INT64);
+  DETCOLL_EXPORT_ENUMERATOR(SUM);  // detcoll_op_t
+  DETCOLL_EXPORT_ENUMERATOR(AVERAGE);
+  DETCOLL_EXPORT_ENUMERATOR(MIN);
+  DETCOLL_EXPORT_ENUMERATOR(MAX);
+  DETCOLL_EXPORT_ENUMERATOR(MODE_NATIVE);  // detcoll_mode_t
+  DETCOLL_EXPORT_ENUMERATOR(MODE_ORDERED);
+  DETCOLL_EXPORT_ENUMERATOR(MODE_INVARIANT);
+#undef DETCOLL_EXPORT_ENUMERATOR
+
   m.def("_set_errors", [](py::dict errors) {
     Py_XDECREF(g_errors);
     g_errors = errors.inc_ref().ptr();

@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace detcoll::ops::cudnn {
+namespace detcoll::kernels::ops::cudnn {
 namespace {
 
 Status check(cudnnStatus_t s, const char* what) {
@@ -187,4 +187,4 @@ Status maxPoolBackward(void* handle, const PoolProblem& p, const void* x, const 
   return status;
 }
 
-}  // namespace detcoll::ops::cudnn
+}  // namespace detcoll::kernels::ops::cudnn

@@ -14,7 +14,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace detcoll::ops::cudnn {
+namespace detcoll::kernels::ops::cudnn {
 
 // A 2-D convolution, NCHW input [n, c, h, w], filter [k, c / groups, r, s].
 struct ConvProblem {
@@ -50,4 +50,4 @@ struct PoolProblem {
 Status maxPoolBackward(void* handle, const PoolProblem& problem, const void* x, const void* y,
                        const void* dy, void* dx);
 
-}  // namespace detcoll::ops::cudnn
+}  // namespace detcoll::kernels::ops::cudnn

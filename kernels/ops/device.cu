@@ -4,41 +4,41 @@
 #include <vector>
 
 #include "kernels/device_executor.cuh"
+#include "kernels/ops/bodies/axis_sums.h"
+#include "kernels/ops/bodies/resample.h"
+#include "kernels/ops/bodies/scatter.h"
 #include "kernels/ops/device.h"
-#include "kernels/ops/parallel.h"
 
-namespace detcoll::ops::device {
-
-using kernels::DeviceExecutor;
+namespace detcoll::kernels::ops::device {
 
 Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                   const Shape& indexShape, const void* src, const Shape& srcShape, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::scatterAdd(e, self, selfShape, type, dim, index, indexShape, src, srcShape);
+  return bodies::scatterAdd(e, self, selfShape, type, dim, index, indexShape, src, srcShape);
 }
 
 Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                 int64_t indexCount, const void* source, const Shape& sourceShape, double alpha,
                 void* stream) {
   DeviceExecutor e(stream);
-  return parallel::indexAdd(e, self, selfShape, type, dim, index, indexCount, source, sourceShape,
-                            alpha);
+  return bodies::indexAdd(e, self, selfShape, type, dim, index, indexCount, source, sourceShape,
+                          alpha);
 }
 
 Status unsortedSegmentReduce(void* out, int64_t segments, DataType type, const void* data,
                              const Shape& dataShape, const int64_t* segmentIds, int idDims,
                              bool mean, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::unsortedSegmentReduce(e, out, segments, type, data, dataShape, segmentIds,
-                                         idDims, mean);
+  return bodies::unsortedSegmentReduce(e, out, segments, type, data, dataShape, segmentIds, idDims,
+                                       mean);
 }
 
 Status embeddingBackward(void* gradWeight, int64_t numWeights, DataType type,
                          const void* gradOutput, int64_t count, int64_t dim, const int64_t* indices,
                          int64_t paddingIdx, bool scaleGradByFreq, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::embeddingBackward(e, gradWeight, numWeights, type, gradOutput, count, dim,
-                                     indices, paddingIdx, scaleGradByFreq);
+  return bodies::embeddingBackward(e, gradWeight, numWeights, type, gradOutput, count, dim, indices,
+                                   paddingIdx, scaleGradByFreq);
 }
 
 Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
@@ -47,45 +47,44 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
                             bool mean, const void* perSampleWeights, int64_t paddingIdx,
                             void* stream) {
   DeviceExecutor e(stream);
-  return parallel::embeddingBagBackward(e, gradWeight, numWeights, type, gradOutput, bags, dim,
-                                        indices, count, offsets, mean, perSampleWeights,
-                                        paddingIdx);
+  return bodies::embeddingBagBackward(e, gradWeight, numWeights, type, gradOutput, bags, dim,
+                                      indices, count, offsets, mean, perSampleWeights, paddingIdx);
 }
 
 Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
                 const void* weights, int64_t minlength, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::bincount(e, out, outLength, type, input, count, weights, minlength);
+  return bodies::bincount(e, out, outLength, type, input, count, weights, minlength);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::sumOverAxes(e, in, shape, type, std::move(axes), out);
+  return bodies::sumOverAxes(e, in, shape, type, std::move(axes), out);
 }
 
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
                    void* out, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::biasAddGrad(e, grad, shape, type, channelsFirst, out);
+  return bodies::biasAddGrad(e, grad, shape, type, channelsFirst, out);
 }
 
 Status bilinear2dBackward(void* gradInput, const void* gradOutput, DataType type,
                           const Bilinear& shape, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::bilinear2dBackward(e, gradInput, gradOutput, type, shape);
+  return bodies::bilinear2dBackward(e, gradInput, gradOutput, type, shape);
 }
 
 Status maxPool2d(void* out, int64_t* indices, const void* in, DataType type, const Pool2d& pool,
                  void* stream) {
   DeviceExecutor e(stream);
-  return parallel::maxPool2d(e, out, indices, in, type, pool);
+  return bodies::maxPool2d(e, out, indices, in, type, pool);
 }
 
 Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
                          DataType type, const Pool2d& pool, void* stream) {
   DeviceExecutor e(stream);
-  return parallel::maxPool2dBackward(e, gradInput, gradOutput, indices, type, pool);
+  return bodies::maxPool2dBackward(e, gradInput, gradOutput, indices, type, pool);
 }
 
-}  // namespace detcoll::ops::device
+}  // namespace detcoll::kernels::ops::device

@@ -1,9 +1,9 @@
 #pragma once
 
-// The deterministic ops on a CUDA device: the data-parallel formulation of parallel.h, launched
-// as kernels, with CUB's radix sort for the segment engine. The bits equal the CPU reference's
-// (scatter.h, reduce.h, resample.h) for every dtype and launch configuration. Built only with
-// CUDA.
+// The deterministic ops on a CUDA device: the data-parallel formulation of bodies/ (the bodies
+// of bodies/scatter.h, bodies/axis_sums.h and bodies/resample.h), launched as kernels, with CUB's
+// radix sort for the segment engine. The bits equal the CPU reference's (scatter.h, axis_sums.h,
+// resample.h) for every dtype and launch configuration. Built only with CUDA.
 //
 // Tensors are device memory; shapes and parameters are host values. Work is enqueued on
 // `stream` (a cudaStream_t; null: the legacy default stream). A call that validates indices
@@ -20,7 +20,7 @@
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 
-namespace detcoll::ops::device {
+namespace detcoll::kernels::ops::device {
 
 Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                   const Shape& indexShape, const void* src, const Shape& srcShape, void* stream);
@@ -51,4 +51,4 @@ Status maxPool2d(void* out, int64_t* indices, const void* in, DataType type, con
 Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
                          DataType type, const Pool2d& pool, void* stream);
 
-}  // namespace detcoll::ops::device
+}  // namespace detcoll::kernels::ops::device

@@ -4,7 +4,7 @@
 #include <functional>
 #include <numeric>
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 Status checkShape(const char* op, const char* what, const Shape& shape) {
@@ -131,4 +131,4 @@ Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count) {
   return Status::ok();
 }
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

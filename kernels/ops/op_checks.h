@@ -1,7 +1,8 @@
 #pragma once
 
 // The argument checks of the scatter family, shared by the CPU reference (scatter.cc) and the
-// data-parallel formulation (parallel.h) so that both refuse the same input with the same words.
+// data-parallel formulation (bodies/scatter.h) so that both refuse the same input with the same
+// words.
 
 #include <cstdint>
 #include <string>
@@ -11,7 +12,7 @@
 #include "kernels/ops/scatter.h"
 #include "kernels/ops/segment.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 
 // The product of shape[from .. to), clamped to the shape.
 int64_t product(const Shape& shape, size_t from = 0, size_t to = SIZE_MAX);
@@ -42,4 +43,4 @@ Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t
 // embedding_bag's offsets: 0 = offsets[0] <= offsets[1] <= ... <= count (host memory).
 Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count);
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -6,10 +6,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/ops/host_loop.h"
+#include "kernels/ops/for_each_index.h"
 #include "kernels/ops/resample_kernels.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 using kernels::visitType;
@@ -292,4 +292,4 @@ Status maxPool2dBackward(void* gradInput, const void* gradOutput, const int64_t*
   return Status::ok();
 }
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -39,7 +39,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 
 struct Bilinear {
   int64_t planes = 0;
@@ -89,4 +89,4 @@ Status checkMaxPool(const char* op, DataType type, const Pool2d& pool,
 Status badPoolIndex(const char* op, int64_t at, int64_t value, const Pool2d& pool,
                     int64_t outHeight, int64_t outWidth);
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -14,7 +14,7 @@
 #include "kernels/accumulate.h"
 #include "kernels/ops/resample.h"
 
-namespace detcoll::ops::resample {
+namespace detcoll::kernels::ops::resample {
 
 // Keeps the smallest position written to *slot (which starts at INT64_MAX): the first bad entry
 // of a check, the same whatever the thread order.
@@ -273,4 +273,4 @@ struct MaxPoolBackwardBody {
   }
 };
 
-}  // namespace detcoll::ops::resample
+}  // namespace detcoll::kernels::ops::resample

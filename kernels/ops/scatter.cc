@@ -8,7 +8,7 @@
 #include "kernels/ops/op_checks.h"
 #include "kernels/ops/segment.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 // Per-source weights 1 / count, formed in the accumulation type's precision (float64 for
@@ -232,4 +232,4 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
       .prefixed(op);
 }
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

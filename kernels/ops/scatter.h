@@ -14,7 +14,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 
 using Shape = std::vector<int64_t>;
 
@@ -63,4 +63,4 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
 Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
                 const void* weights, int64_t minlength, int threads);
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -7,7 +7,7 @@
 
 #include "kernels/accumulate.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 using kernels::Traits;
@@ -271,4 +271,4 @@ Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const S
   return Status::ok();
 }
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

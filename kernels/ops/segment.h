@@ -24,7 +24,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 
 // Sources grouped by destination, in source order: order[offsets[d] .. offsets[d + 1]) are the
 // positions of destination d's sources, increasing.
@@ -92,4 +92,4 @@ Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const S
 Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations, Skip skip,
                      const SegmentSources& in, const SegmentOutput& out, int threads);
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

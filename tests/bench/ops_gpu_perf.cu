@@ -23,7 +23,7 @@
 #include "tests/bench/gpu_bench.h"
 
 namespace bench = detcoll::bench;
-namespace ops = detcoll::ops;
+namespace ops = detcoll::kernels::ops;
 using detcoll::DataType;
 using detcoll::bench::download;
 using detcoll::bench::mustBeOk;

@@ -18,7 +18,7 @@
 
 #include "tests/gpu/gpu_test.h"
 
-namespace detcoll::ops::cudnn {
+namespace detcoll::kernels::ops::cudnn {
 namespace {
 
 std::vector<float> randomFloats(size_t n, uint64_t seed) {
@@ -163,4 +163,4 @@ TEST(CudnnGpu, DeterministicMaxPoolBackwardEqualsTheGather) {
 }
 
 }  // namespace
-}  // namespace detcoll::ops::cudnn
+}  // namespace detcoll::kernels::ops::cudnn

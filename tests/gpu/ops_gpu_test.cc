@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops/axis_sums.h"
 #include "kernels/ops/device.h"
-#include "kernels/ops/reduce.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/support/op_data.h"
 #include "tests/support/reference.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 using testing::opIndices;
@@ -294,4 +294,4 @@ TEST(OpsGpu, BadIndicesGiveTheCpuErrorAndLeaveTheOutput) {
 }
 
 }  // namespace
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -1,6 +1,6 @@
 #pragma once
 
-// The serial executor: the host running the device's data-parallel bodies (kernels/ops/parallel.h,
+// The serial executor: the host running the device's data-parallel bodies (kernels/ops/bodies/,
 // kernels/reduce_parallel.h) one grid index at a time, so that CI, which has no GPU, tests the very
 // formulation the GPU runs. Scratch from the heap, a body called for each index in turn (so the
 // grid's indices run in an order no GPU would use, which the bits must not notice: the indices run

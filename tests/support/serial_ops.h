@@ -1,11 +1,11 @@
 #pragma once
 
-// The serial run of the CUDA ops: the data-parallel formulation of parallel.h (sort, segment
-// offsets, per-destination reduction, tree levels, gathers) run on the host, one body call per
-// grid index, with a stable sort in place of the device radix sort. It exists to test the GPU
-// algorithm where there is no GPU: its results must equal the CPU reference's bit for bit, and
-// its errors must read the same. Host memory; the signatures of scatter.h, reduce.h and
-// resample.h without the thread count.
+// The serial run of the CUDA ops: the data-parallel formulation of kernels/ops/bodies/ (sort,
+// segment offsets, per-destination reduction, tree levels, gathers) run on the host by the serial
+// executor (serial_executor.h), one body call per grid index, with a stable sort in place of the
+// device radix sort. It exists to test the GPU algorithm where there is no GPU: its results must
+// equal the CPU reference's bit for bit, and its errors must read the same. Host memory; the
+// signatures of scatter.h, axis_sums.h and resample.h without the thread count.
 
 #include <cstdint>
 #include <vector>
@@ -17,9 +17,9 @@
 
 namespace detcoll::testing::serial {
 
-using ops::Bilinear;
-using ops::Pool2d;
-using ops::Shape;
+using kernels::ops::Bilinear;
+using kernels::ops::Pool2d;
+using kernels::ops::Shape;
 
 Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, const int64_t* index,
                   const Shape& indexShape, const void* src, const Shape& srcShape);

@@ -21,7 +21,7 @@
 
 #include "tests/support/reference.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 template <typename T>
@@ -577,12 +577,14 @@ TEST(OpsResampleMaxPoolEdge, AWindowWhollyInThePaddingGivesMinusInfinity) {
   std::vector<float> back(4, 7.0f), serialBack(4, 7.0f);
   ASSERT_TRUE(maxPool2dBackward(back.data(), &grad, &index, DataType::kFloat32, p, 1).isOk());
   ASSERT_TRUE(
-      testing::serial::maxPool2dBackward(serialBack.data(), &grad, &index, DataType::kFloat32, p).isOk());
+      testing::serial::maxPool2dBackward(serialBack.data(), &grad, &index, DataType::kFloat32, p)
+          .isOk());
   EXPECT_EQ(back, std::vector<float>(4, 0.0f));
   EXPECT_EQ(serialBack, back);
   float serialOut = 0;
   int64_t serialIndex = 0;
-  ASSERT_TRUE(testing::serial::maxPool2d(&serialOut, &serialIndex, x.data(), DataType::kFloat32, p).isOk());
+  ASSERT_TRUE(
+      testing::serial::maxPool2d(&serialOut, &serialIndex, x.data(), DataType::kFloat32, p).isOk());
   EXPECT_EQ(serialIndex, 6);
   EXPECT_EQ(serialOut, out);
 }
@@ -799,4 +801,4 @@ TEST(OpsResampleErrors, AnIndexOutsideItsWindowIsNamedAndNothingIsWritten) {
 }
 
 }  // namespace
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -17,7 +17,7 @@
 #include "tests/support/op_data.h"
 #include "tests/support/reference.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 std::vector<int64_t> indices(size_t n, int64_t m, std::mt19937_64& g) {
@@ -248,4 +248,4 @@ TEST(ScatterChecks, ShapesAndIndicesAreNamedAndTheOutputIsUntouched) {
 }
 
 }  // namespace
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

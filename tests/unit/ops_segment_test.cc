@@ -17,7 +17,7 @@
 #include "common/half.h"
 #include "tests/support/reference.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 template <typename T>
@@ -206,4 +206,4 @@ TEST(SegmentPlanChecks, OutOfRangeIndicesAreNamed) {
 }
 
 }  // namespace
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

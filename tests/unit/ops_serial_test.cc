@@ -1,6 +1,6 @@
-// The GPU algorithm of the deterministic ops (kernels/ops/parallel.h: radix sort by destination,
+// The GPU algorithm of the deterministic ops (kernels/ops/bodies/: radix sort by destination,
 // segment offsets, one reduction per destination and column, tree levels, gathers), run by its
-// serial run, against the CPU reference (scatter.h, reduce.h, resample.h): equal bits for every
+// serial run, against the CPU reference (scatter.h, axis_sums.h, resample.h): equal bits for every
 // dtype on random wide-range values with heavy duplication, and the same error for the same bad
 // input. On a GPU, tests/gpu/ops_gpu_test.cc holds the device to the same reference.
 
@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/ops/reduce.h"
+#include "kernels/ops/axis_sums.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 #include "tests/support/op_data.h"
 #include "tests/support/reference.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 using testing::opIndices;
@@ -315,4 +315,4 @@ TEST(SerialErrors, TheSameInputIsRefusedInTheSameWords) {
 }
 
 }  // namespace
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -40,12 +40,19 @@ class InternalError(Error):
     pass
 
 
+# detcoll_status_t -> the exception raised for it.
 _detcoll._set_errors({
-    1: InvalidArgumentError, 2: MismatchError, 3: TimeoutError, 4: BackendError,
-    5: NotInitializedError, 6: InternalError,
+    _detcoll.ERR_INVALID_ARGUMENT: InvalidArgumentError,
+    _detcoll.ERR_MISMATCH: MismatchError,
+    _detcoll.ERR_TIMEOUT: TimeoutError,
+    _detcoll.ERR_BACKEND: BackendError,
+    _detcoll.ERR_NOT_INITIALIZED: NotInitializedError,
+    _detcoll.ERR_INTERNAL: InternalError,
 })
 
-MODE_NATIVE, MODE_ORDERED, MODE_INVARIANT = 0, 1, 2
+# detcoll_mode_t, as the extension exports it.
+MODE_NATIVE, MODE_ORDERED, MODE_INVARIANT = (
+    _detcoll.MODE_NATIVE, _detcoll.MODE_ORDERED, _detcoll.MODE_INVARIANT)
 _MODES = {"native": MODE_NATIVE, "ordered": MODE_ORDERED, "invariant": MODE_INVARIANT}
 
 

@@ -21,7 +21,8 @@ from detcoll.torch import ops, rng  # noqa: F401  (deterministic ops; keys and f
 from detcoll.torch._tensors import DTYPES, checked_dtype
 from detcoll.torch.compression import Compression
 
-Sum, Average, Min, Max = 0, 1, 2, 3
+# detcoll_op_t, as the extension exports it.
+Sum, Average, Min, Max = _detcoll.SUM, _detcoll.AVERAGE, _detcoll.MIN, _detcoll.MAX
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max"}
 
 _DTYPES = DTYPES  # torch dtype -> detcoll_dtype_t
@@ -157,28 +158,33 @@ def _checked(call, checks, join):
     raise error  # not reached: the rejected call fails
 
 
+# What a rank whose checks failed joins the collective with (rejected, see _checked): no buffers,
+# no elements; the dtype and op are placeholders.
+_JOIN_DTYPE, _JOIN_OP = _detcoll.FLOAT32, _detcoll.SUM
+
+
 def _join_allreduce(name):
-    return lambda: _detcoll.allreduce(0, 0, 0, 0, 0, _name(name))
+    return lambda: _detcoll.allreduce(0, 0, 0, _JOIN_DTYPE, _JOIN_OP, _name(name))
 
 
 def _join_allreduce_async(name):
-    return lambda: _detcoll.allreduce_async(0, 0, 0, 0, 0, _name(name)).wait()
+    return lambda: _detcoll.allreduce_async(0, 0, 0, _JOIN_DTYPE, _JOIN_OP, _name(name)).wait()
 
 
 def _join_broadcast(name):
-    return lambda: _detcoll.broadcast(0, 0, 0, 0, _name(name))
+    return lambda: _detcoll.broadcast(0, 0, _JOIN_DTYPE, 0, _name(name))
 
 
 def _join_broadcast_async(name):
-    return lambda: _detcoll.broadcast_async(0, 0, 0, 0, _name(name)).wait()
+    return lambda: _detcoll.broadcast_async(0, 0, _JOIN_DTYPE, 0, _name(name)).wait()
 
 
 def _join_allgather(name):
-    return lambda: _detcoll.allgather(0, 0, 0, 0, _name(name))
+    return lambda: _detcoll.allgather(0, 0, 0, _JOIN_DTYPE, _name(name))
 
 
 def _join_allgather_async(name):
-    return lambda: _detcoll.allgather_async(0, 0, 0, 0, _name(name)).wait()
+    return lambda: _detcoll.allgather_async(0, 0, 0, _JOIN_DTYPE, _name(name)).wait()
 
 
 # ---- allreduce ----
@@ -245,7 +251,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None):
 
     def join():
         for r in _detcoll.grouped_allreduce_async([0] * len(tensors), [0] * len(tensors),
-                                                  [0] * len(tensors), 0, 0, names):
+                                                  [0] * len(tensors), _JOIN_DTYPE, _JOIN_OP,
+                                                  names):
             r.wait()
 
     dtype, op = _checked(call, checks, join)

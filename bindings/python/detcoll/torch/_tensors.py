@@ -3,11 +3,13 @@
 import torch
 
 import detcoll
+from detcoll import _detcoll
 
-# torch dtype -> detcoll_dtype_t
+# torch dtype -> detcoll_dtype_t, as the extension exports it
 DTYPES = {
-    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4,
-    torch.int64: 5,
+    torch.float32: _detcoll.FLOAT32, torch.float64: _detcoll.FLOAT64,
+    torch.float16: _detcoll.FLOAT16, torch.bfloat16: _detcoll.BFLOAT16,
+    torch.int32: _detcoll.INT32, torch.int64: _detcoll.INT64,
 }
 
 

@@ -1,8 +1,8 @@
-// kernels/ops/reduce.h: sums over axes against the fixed tree written recursively here, on random
-// wide-range values in every float dtype; thread counts and layouts (NCHW vs NHWC bias gradients
-// of the same data) give the same bits; the argument checks.
+// kernels/ops/axis_sums.h: sums over axes against the fixed tree written recursively here, on
+// random wide-range values in every float dtype; thread counts and layouts (NCHW vs NHWC bias
+// gradients of the same data) give the same bits; the argument checks.
 
-#include "kernels/ops/reduce.h"
+#include "kernels/ops/axis_sums.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include "tests/support/op_data.h"
 #include "tests/support/reference.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 // The definition, recursively: pairs of the level below, an odd last one carried up.
@@ -140,4 +140,4 @@ TEST(SumOverAxes, HalfAccumulatesInFloatAndChecksArguments) {
 }
 
 }  // namespace
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -1,15 +1,17 @@
 #pragma once
 
-// A body run over every index in [0, n) on the host: the serial run of a CUDA grid. Contiguous
-// ranges go to up to `threads` threads (<= 0: the hardware's), none with fewer than `grain`
-// indices; each index is computed by one call, so the bits never depend on the split.
+// A body run over every index in [0, n) on host threads: how the CPU reference (resample.cc) runs
+// the per-pixel bodies of resample_kernels.h. Contiguous ranges go to up to `threads` threads
+// (<= 0: the hardware's), none with fewer than `grain` indices; each index is computed by one
+// call, so the bits never depend on the split. (The tests' serial executor, which runs the GPU
+// formulation of bodies/ one index at a time, is tests/support/serial_executor.h.)
 
 #include <algorithm>
 #include <cstdint>
 #include <thread>
 #include <vector>
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 
 template <typename Body>
 void forEachIndex(int64_t n, int threads, int64_t grain, const Body& body) {
@@ -26,4 +28,4 @@ void forEachIndex(int64_t n, int threads, int64_t grain, const Body& body) {
   for (std::thread& w : workers) w.join();
 }
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -1,4 +1,4 @@
-#include "kernels/ops/reduce.h"
+#include "kernels/ops/axis_sums.h"
 
 #include <algorithm>
 #include <string>
@@ -6,7 +6,7 @@
 
 #include "kernels/accumulate.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 namespace {
 
 using kernels::Traits;
@@ -139,4 +139,4 @@ Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool cha
   return sumOverAxes(grad, shape, type, axes, out, threads).prefixed("bias_add_grad");
 }
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops

@@ -18,7 +18,7 @@
 #include "common/status.h"
 #include "kernels/ops/scatter.h"
 
-namespace detcoll::ops {
+namespace detcoll::kernels::ops {
 
 constexpr int64_t kChunk = 32;
 
@@ -44,4 +44,4 @@ Status biasAddAxes(const Shape& shape, bool channelsFirst, std::vector<int>* axe
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,
                    void* out, int threads);
 
-}  // namespace detcoll::ops
+}  // namespace detcoll::kernels::ops
