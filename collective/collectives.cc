@@ -7,12 +7,10 @@
 #include <vector>
 
 #include "collective/allgather.h"
+#include "collective/allreduce.h"
 #include "collective/broadcast.h"
 #include "collective/call_checks.h"
-#include "collective/invariant_allreduce.h"
-#include "collective/mode_allreduce.h"
 #include "kernels/fixed_point.h"
-#include "kernels/fold.h"
 
 namespace detcoll::collective {
 namespace {
@@ -59,19 +57,16 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   const auto type = static_cast<DataType>(dtype);
   const auto reduceOp = static_cast<ReduceOp>(op);
 
-  // What travels inline with the call description: in ordered mode this rank's contribution
-  // (its leaves folded first when it has several), in invariant mode all its leaves. Device
-  // memory never does: it is not readable here.
+  // Small calls carry this rank's leaves inline with the call description, so that every rank
+  // holds every leaf after the agreement and reduces them locally. Device memory never does: it
+  // is not readable here; native mode neither: the backend's allreduce is its point.
   const void* payload = nullptr;
   size_t payloadBytes = 0;
-  const bool ok = local.isOk() && device < 0;
-  if (ok && mode == Mode::kOrdered && bytes <= CallAgreement::kInlineBytes) {
-    payload = contribution(leaves, n, count, type, reduceOp);
-    payloadBytes = bytes;
-  } else if (ok && mode == Mode::kInvariant && n * bytes <= CallAgreement::kInlineBytes) {
-    staged_.resize(n * bytes);
-    for (int l = 0; l < n; ++l) std::memcpy(staged_.data() + l * bytes, leaves[l], bytes);
-    payload = staged_.data();
+  if (local.isOk() && device < 0 && mode != Mode::kNative &&
+      n * bytes <= CallAgreement::kInlineBytes) {
+    payload_.resize(n * bytes);
+    for (int l = 0; l < n; ++l) std::memcpy(payload_.data() + l * bytes, leaves[l], bytes);
+    payload = payload_.data();
     payloadBytes = n * bytes;
   }
   CallDescription call;
@@ -95,69 +90,32 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
                                    std::to_string(kernels::kMaxLeaves) + " exactly");
   }
   if (count == 0) return Status::ok();
-  if (device >= 0) {
-    return devicePath().allreduce(mode, leaves, n, recv, count, type, reduceOp, total, device,
-                                  [&](const void* const* hostLeaves, void* hostRecv) {
-                                    return reduceHost(mode, hostLeaves, n, hostRecv, count, type,
-                                                      reduceOp, total, nullptr);
-                                  });
+  AllreduceOptions o;
+  o.mode = mode;
+  o.leaves = leaves;
+  o.nleaves = n;
+  o.recv = recv;
+  o.count = count;
+  o.type = static_cast<DataType>(dtype);
+  o.op = static_cast<ReduceOp>(op);
+  o.totalLeaves = total;
+  o.segmentBytes = segmentBytes_;
+  if (device >= 0) return devicePath().allreduce(o, device);
+  bool allInline = payload != nullptr;
+  for (int j = 0; j < p && allInline; ++j) {
+    allInline = agreement_.payloadBytes(j) == agreement_.leaves(j) * bytes;
   }
-  return reduceHost(mode, leaves, n, recv, count, type, reduceOp, total, payload);
-}
-
-Status Collectives::reduceHost(Mode mode, const void* const* leaves, int n, void* recv,
-                               size_t count, DataType type, ReduceOp reduceOp, int64_t total,
-                               const void* payload) {
-  const int p = comm_.size();
-  const size_t bytes = count * dataTypeSize(type);
-  switch (mode) {
-    case Mode::kNative:
-      return modeAllreduce(comm_, mode, contribution(leaves, n, count, type, reduceOp), recv, count,
-                           type, reduceOp, ordered_, total);
-    case Mode::kOrdered: {
-      if (payload != nullptr) {
-        // Every rank holds every contribution: each folds them all, in rank order, to the same
-        // bits.
-        inputs_.resize(p);
-        for (int j = 0; j < p; ++j) inputs_[j] = agreement_.payload(j);
-        kernels::foldRankOrder(recv, inputs_.data(), p, count, type, reduceOp, total);
-        return Status::ok();
-      }
-      return modeAllreduce(comm_, mode, contribution(leaves, n, count, type, reduceOp), recv, count,
-                           type, reduceOp, ordered_, total);
+  if (allInline) {
+    gathered_.leaves.clear();
+    gathered_.counts.clear();
+    for (int j = 0; j < p; ++j) {
+      const char* base = static_cast<const char*>(agreement_.payload(j));
+      gathered_.counts.push_back(agreement_.leaves(j));
+      for (int l = 0; l < agreement_.leaves(j); ++l) gathered_.leaves.push_back(base + l * bytes);
     }
-    case Mode::kInvariant: {
-      bool allInline = true;
-      for (int j = 0; j < p; ++j) {
-        allInline = allInline && agreement_.payloadBytes(j) == agreement_.leaves(j) * bytes;
-      }
-      if (!allInline) {
-        return invariantAllreduce(comm_, leaves, n, recv, count, type, reduceOp, total,
-                                  ordered_.segmentBytes);
-      }
-      // Every rank holds every leaf: each reduces them all locally, to the same bits.
-      inputs_.clear();
-      for (int j = 0; j < p; ++j) {
-        const char* base = static_cast<const char*>(agreement_.payload(j));
-        for (int l = 0; l < agreement_.leaves(j); ++l) inputs_.push_back(base + l * bytes);
-      }
-      kernels::invariantReduceLocal(recv, inputs_.data(), static_cast<int>(total), count, type,
-                                    reduceOp);
-      return Status::ok();
-    }
+    o.gathered = &gathered_;
   }
-  return Status::internal("unknown mode " + std::to_string(static_cast<int>(mode)));
-}
-
-// This rank's contribution in ordered and native mode: its one leaf, or its leaves folded in
-// order (summed for average) into a scratch buffer.
-const void* Collectives::contribution(const void* const* leaves, int n, size_t count, DataType type,
-                                      ReduceOp op) {
-  if (n == 1) return leaves[0];
-  staged_.resize(count * dataTypeSize(type));
-  kernels::foldRankOrder(staged_.data(), leaves, n, count, type,
-                         op == ReduceOp::kAverage ? ReduceOp::kSum : op, 1);
-  return staged_.data();
+  return collective::allreduce(comm_, o);
 }
 
 Status Collectives::broadcast(void* data, size_t count, int dtype, int root, const char* name,

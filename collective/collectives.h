@@ -1,8 +1,10 @@
 #pragma once
 
-// The checked collectives behind the C API: local argument checks, the call agreement of
-// call_agreement.h, then the algorithm of the mode. A failure returns the same status on every
-// rank and leaves the output buffers untouched.
+// The checked collectives behind the C API's blocking calls (docs/design.md, "One blocking
+// call"): the local argument checks of call_checks.h, the call agreement of call_agreement.h,
+// then the algorithm: allreduce.h on host memory, the device path (device_path.h) on device
+// memory, broadcast.h, allgather.h. A failure returns the same status on every rank and leaves
+// the output buffers untouched.
 
 #include <cstddef>
 #include <functional>
@@ -10,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "collective/allreduce.h"
 #include "collective/call_agreement.h"
-#include "collective/device_collectives.h"
-#include "collective/ordered_allreduce.h"
+#include "collective/device_path.h"
 #include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
@@ -23,12 +25,13 @@ class Collectives {
   explicit Collectives(Communicator& comm) : comm_(comm) {}
 
   Communicator& communicator() { return comm_; }
-  OrderedAllreduceOptions& orderedOptions() { return ordered_; }
+  // Input bytes of a shard per round of the host allreduce's schedule (pipeline.h).
+  void setSegmentBytes(size_t bytes) { segmentBytes_ = bytes; }
 
   // `precheck` carries a failure the caller found before the call (it still takes part in the
   // agreement so every rank returns it). dtype and op are the caller's raw values. `device` is
   // the CUDA device holding every buffer of the call, or -1 for host memory; device buffers go
-  // to the device path (device_collectives.h), and every rank must pass the same kind.
+  // to the device path (device_path.h), and every rank must pass the same kind.
   Status allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype, int op,
                    const char* name, const Status& precheck = Status::ok(), int device = -1);
   // Each rank contributes nleaves (1 to 65535, may differ between ranks) buffers; average divides
@@ -63,17 +66,12 @@ class Collectives {
   Status reduce(Mode mode, const void* const* leaves, int nleaves, void* recv, size_t count,
                 int dtype, int op, const char* name, const Status& precheck, bool single,
                 int device);
-  // The CPU path after the agreement; payload: this rank's inline data, or null.
-  Status reduceHost(Mode mode, const void* const* leaves, int n, void* recv, size_t count,
-                    DataType type, ReduceOp op, int64_t total, const void* payload);
-  const void* contribution(const void* const* leaves, int n, size_t count, DataType type,
-                           ReduceOp op);
 
   Communicator& comm_;
   CallAgreement agreement_;
-  OrderedAllreduceOptions ordered_;
-  std::vector<const void*> inputs_;
-  std::vector<char> staged_;  // folded or concatenated leaves
+  size_t segmentBytes_ = 1 << 20;
+  std::vector<char> payload_;  // this rank's leaves, inline with the call description
+  Gathered gathered_;          // every rank's inline leaves
   GpuTransport gpuTransport_ = GpuTransport::kAuto;
   void* stream_ = nullptr;
   std::unique_ptr<DevicePath> device_;

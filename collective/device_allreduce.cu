@@ -1,16 +1,14 @@
 #include "collective/device_allreduce.h"
 
-#include "collective/device_pipeline.h"
+#include "kernels/bodies/reduce_kernels.h"
 #include "kernels/device_executor.cuh"
 
 namespace detcoll::collective {
 
-Status deviceAllreduce(DeviceTransport& transport, void* stream, Mode mode,
-                       const void* const* leaves, int nleaves, void* recv, size_t count,
-                       DataType type, ReduceOp op, int64_t totalLeaves, size_t segmentBytes) {
+Status deviceAllreduce(Exchange& exchange, void* stream, const AllreduceOptions& options) {
   kernels::DeviceExecutor e(stream);
-  return device_pipeline::allreduce(e, transport, stream, mode, leaves, nleaves, recv, count, type,
-                                    op, totalLeaves, segmentBytes);
+  kernels::bodies::ReduceKernels<kernels::DeviceExecutor> kernels(e);
+  return allreduceWith(kernels, exchange, options);
 }
 
 }  // namespace detcoll::collective

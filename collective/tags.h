@@ -7,9 +7,8 @@
 
 namespace detcoll::collective {
 
-constexpr int kTagAgreement = 1;       // agreement records and texts (agreement.h)
-constexpr int kTagReduceScatter = 2;   // the pipeline: pieces to the owner of a shard
-constexpr int kTagAllgatherShard = 3;  // the pipeline: reduced shards to every rank
+constexpr int kTagAgreement = 1;  // agreement records and texts (agreement.h)
+constexpr int kTagPipeline = 2;   // the allreduce schedule's groups (pipeline.h)
 constexpr int kTagBroadcast = 4;
 constexpr int kTagAllgather = 5;
 constexpr int kTagRing = 6;     // ring allreduce

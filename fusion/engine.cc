@@ -7,9 +7,9 @@
 #include <utility>
 
 #include "collective/allgather.h"
+#include "collective/allreduce.h"
 #include "collective/broadcast.h"
 #include "collective/call_checks.h"
-#include "collective/mode_allreduce.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "fusion/tags.h"
@@ -369,6 +369,18 @@ Status Engine::exchange(const RankMessage& mine, Response* response) {
   return pollAll(requests);
 }
 
+Status Engine::allreduce(const Descriptor& d, const void* const* send, void* recv, size_t count) {
+  collective::AllreduceOptions o;
+  o.mode = d.mode;
+  o.leaves = send;
+  o.recv = recv;
+  o.count = count;
+  o.type = d.type;
+  o.op = d.op;
+  o.segmentBytes = options_.segmentBytes;
+  return collective::allreduce(comm_, o);
+}
+
 void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes) {
   PlanOptions plan;
   plan.fusionThresholdBytes = fusionThresholdBytes;
@@ -397,8 +409,7 @@ Status Engine::runBatch(const Batch& batch) {
     o.bytes = d.bytes();
     status = collective::allgather(comm_, o);
   } else if (!batch.fused) {
-    status = collective::modeAllreduce(comm_, d.mode, spec.send, spec.recv, d.count, d.type, d.op,
-                                       options_.ordered);
+    status = allreduce(d, &spec.send, spec.recv, d.count);
   } else {
     if (fusionBuffer_.size() < batch.bytes) fusionBuffer_.resize(batch.bytes);
     char* buffer = fusionBuffer_.data();
@@ -409,9 +420,8 @@ Status Engine::runBatch(const Batch& batch) {
       offset += bytes;
     }
     const Clock::time_point copiedIn = Clock::now();
-    status =
-        collective::modeAllreduce(comm_, d.mode, buffer, buffer, batch.bytes / dataTypeSize(d.type),
-                                  d.type, d.op, options_.ordered);
+    const void* fused = buffer;
+    status = allreduce(d, &fused, buffer, batch.bytes / dataTypeSize(d.type));
     const Clock::time_point reduced = Clock::now();
     if (status.isOk()) {
       offset = 0;

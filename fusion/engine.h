@@ -31,7 +31,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collective/ordered_allreduce.h"
 #include "collective/transport/communicator.h"
 #include "fusion/coordinator.h"
 #include "fusion/planner.h"
@@ -48,7 +47,7 @@ struct EngineOptions {
   double stallWarningSeconds = 60;    // 0: no warnings
   double stallShutdownSeconds = 600;  // 0: wait forever
   std::string timelinePath;           // written by rank 0; empty: none
-  collective::OrderedAllreduceOptions ordered;
+  size_t segmentBytes = 1 << 20;      // of the allreduce's schedule (collective/pipeline.h)
   // Receives the coordinator's stall warnings (rank 0); unset: logged at WARN.
   std::function<void(const std::string&)> warn;
 };
@@ -88,6 +87,8 @@ class Engine {
   Status exchange(const RankMessage& mine, Response* response);
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
   Status runBatch(const Batch& batch);
+  // The allreduce of d's mode, dtype and op over `count` elements of one leaf per rank.
+  Status allreduce(const Descriptor& d, const void* const* send, void* recv, size_t count);
   // Completes requests and frees their names for the next enqueue.
   void finish(const std::vector<RequestPtr>& requests, const Status& status);
   void stop(const Status& why);

@@ -1,10 +1,11 @@
 #pragma once
 
 // The invariant mode's codec for one element, written once for the host and the device: the
-// exponent key of a value, its encoding on a key's fixed-point grid, and the one rounding of an
-// exact sum back to the dtype. kernels/fixed_point.cc (CPU) and the CUDA kernels of
-// kernels/reduce_device.cu call these same functions, so a GPU result is the CPU's by
-// construction of the arithmetic, and the tests compare the two on random inputs all the same.
+// exponent key of a value, its encoding on a key's fixed-point grid (and the count of a non-finite
+// leaf), and the one rounding of an exact sum back to the dtype. kernels/fixed_point.cc (CPU) and
+// the bodies of kernels/reduce_bodies.h (GPU) call these same functions, so a GPU result is the
+// CPU's by construction of the arithmetic, and the tests compare the two on random inputs all
+// the same.
 // The grid and its guarantees are described in kernels/fixed_point.h.
 
 #include <cstdint>
@@ -178,6 +179,41 @@ DETCOLL_HOST_DEVICE inline uint64_t nonFiniteBits(int64_t positive, int64_t nega
 // What a non-finite value counts as: 0 for +inf, 1 for -inf, 2 for NaN (the index of its count).
 DETCOLL_HOST_DEVICE inline int nonFiniteClass(const Fields& x) {
   return x.fraction != 0 ? 2 : (x.negative ? 1 : 0);
+}
+
+// Non-finite leaves travel inside the sums (docs/design.md, "The invariant mode"): where an
+// element's key is the special key, its int64 holds the number of +inf, -inf and NaN leaves in
+// three fields of kCountBits bits, from the low bits. The counts add exactly, as the encodings
+// do (at most 2^H leaves, below 2^kCountBits), so one int64 sum carries both and every executor
+// applies the one rule of nonFiniteBits to it.
+constexpr int kCountBits = 21;
+static_assert(kHeadroomBits < kCountBits, "a count field must hold every leaf");
+
+// What a leaf adds to its element's int64 under the special key: one in the field of its class,
+// nothing when it is finite.
+DETCOLL_HOST_DEVICE inline int64_t nonFiniteCount(uint64_t bits, const Format& f) {
+  const Fields x = split(bits, f);
+  if (x.exponent != specialKey(f)) return 0;
+  return int64_t{1} << (kCountBits * nonFiniteClass(x));
+}
+
+// What a leaf adds to its element's int64: its encoding on the grid of `key`, or, under the
+// special key, its count.
+DETCOLL_HOST_DEVICE inline int64_t leafContribution(uint64_t bits, uint32_t key, const Format& f) {
+  if (key == specialKey(f)) return nonFiniteCount(bits, f);
+  return key == 0 ? 0 : encodeValue(bits, key, f);
+}
+
+// The dtype's bits of an element's exact int64 sum on the grid of `key`: decodeSum (divided by
+// `leaves` for average), or, under the special key, the non-finite result of the counts.
+DETCOLL_HOST_DEVICE inline uint64_t decodeElement(int64_t sum, uint32_t key, const Format& f,
+                                                  bool average, int64_t leaves) {
+  if (key == specialKey(f)) {
+    const int64_t mask = (int64_t{1} << kCountBits) - 1;
+    return nonFiniteBits(sum & mask, (sum >> kCountBits) & mask, (sum >> (2 * kCountBits)) & mask,
+                         f);
+  }
+  return decodeSum(sum, key, f, average, leaves);
 }
 
 DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE double doubleFromBits(uint64_t bits) {

@@ -1,7 +1,7 @@
 #pragma once
 
 // The CUDA device as an executor of data-parallel bodies (kernels/ops/bodies/,
-// kernels/reduce_parallel.h): stream-ordered scratch, a grid-stride kernel per body, CUB for sorts
+// kernels/bodies/): stream-ordered scratch, a grid-stride kernel per body, CUB for sorts
 // and min/max. The first CUDA failure is kept and reported by status(). CUDA sources only.
 
 #include <cuda_runtime.h>
@@ -102,6 +102,7 @@ class DeviceExecutor {
   }
 
   Status status() const { return failure_; }
+  void* stream() const { return stream_; }
 
  private:
   bool note(cudaError_t e, const char* what) {

@@ -151,10 +151,6 @@ DETCOLL_VECTOR_CLONES void encodeFloat32(int64_t* out, const void* leaf, const u
   }
 }
 
-// The exact decode of the general code for the elements the double path cannot settle.
-uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType type, bool average,
-                   int64_t leaves);
-
 // out[i] = sum of pieces, times 2^(key - 172), divided by leaves for average, rounded once.
 // Returns the elements left for the exact path in `slow`.
 DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* pieces, int p,
@@ -259,15 +255,12 @@ DETCOLL_VECTOR_CLONES void divideFloat32Block(float* out, const uint32_t* keys, 
   }
 }
 
-// The result of an element with a non-finite leaf: NaN if any leaf is NaN or both infinities
-// meet, else the infinity.
+// The result of an element with a non-finite leaf, by the one rule: its leaves' counts, decoded.
 uint64_t nonFiniteResult(const void* const* leaves, int nleaves, size_t i, const Format& f) {
-  int64_t counts[3] = {0, 0, 0};
-  for (int l = 0; l < nleaves; ++l) {
-    const Fields x = split(loadBits(leaves[l], i, f.bytes), f);
-    if (x.exponent == codec::specialKey(f)) ++counts[codec::nonFiniteClass(x)];
-  }
-  return codec::nonFiniteBits(counts[0], counts[1], counts[2], f);
+  int64_t counts = 0;
+  for (int l = 0; l < nleaves; ++l)
+    counts += codec::nonFiniteCount(loadBits(leaves[l], i, f.bytes), f);
+  return codec::decodeElement(counts, codec::specialKey(f), f, false, 1);
 }
 }  // namespace
 
@@ -291,16 +284,6 @@ uint32_t nonFiniteKey(DataType type) {
 uint64_t roundToFloatBits(bool negative, u128 magnitude, int exponent, bool sticky, DataType type) {
   return codec::roundToFloatBits(negative, magnitude, exponent, sticky, formatOf(type));
 }
-
-namespace {
-
-uint64_t decodeOne(int64_t sum, uint32_t key, const Format& f, DataType, bool average,
-                   int64_t leaves) {
-  if (key == codec::specialKey(f)) return canonicalNaN(f);  // fixed by applyNonFinite
-  return codec::decodeSum(sum, key, f, average, leaves);
-}
-
-}  // namespace
 
 void localMaxKeys(void* keys, const void* const* leaves, int nleaves, size_t begin, size_t n,
                   DataType type) {
@@ -337,21 +320,28 @@ void encodeLeaves(int64_t* out, const void* const* leaves, int nleaves, const vo
     }
     return;
   }
+  const Format f = formatOf(type);
   if (type == DataType::kFloat32) {
-    for (int l = 0; l < nleaves; ++l) {
-      encodeFloat32(out, leaves[l], static_cast<const uint8_t*>(keys), begin, n, l > 0);
+    const auto* k = static_cast<const uint8_t*>(keys);
+    for (int l = 0; l < nleaves; ++l) encodeFloat32(out, leaves[l], k, begin, n, l > 0);
+    // The fast loop writes 0 under the special key; the counts of the (rare) non-finite leaves go
+    // there.
+    size_t i = 0;
+    while (const void* hit = std::memchr(k + i, 255, n - i)) {
+      i = static_cast<const uint8_t*>(hit) - k;
+      for (int l = 0; l < nleaves; ++l) {
+        out[i] += codec::nonFiniteCount(loadBits(leaves[l], begin + i, 4), f);
+      }
+      ++i;
     }
     return;
   }
-  const Format f = formatOf(type);
   const size_t kb = exponentKeyBytes(type);
-  const uint32_t special = nonFiniteKey(type);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t key = loadKey(keys, i, kb);
     int64_t sum = 0;
-    if (key != special && key != 0) {
-      for (int l = 0; l < nleaves; ++l)
-        sum += encodeValue(loadBits(leaves[l], begin + i, f.bytes), key, f);
+    for (int l = 0; l < nleaves; ++l) {
+      sum += codec::leafContribution(loadBits(leaves[l], begin + i, f.bytes), key, f);
     }
     out[i] = sum;
   }
@@ -379,7 +369,7 @@ void decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys
   auto exact = [&](size_t i) {
     int64_t sum = 0;  // exact: |sum| < 2^62 for at most 2^H leaves
     for (int j = 0; j < p; ++j) sum += pieces[j][i];
-    storeBits(out, i, f.bytes, decodeOne(sum, loadKey(keys, i, kb), f, type, average, leaves));
+    storeBits(out, i, f.bytes, codec::decodeElement(sum, loadKey(keys, i, kb), f, average, leaves));
   };
   if (type == DataType::kFloat32) {
     std::vector<uint32_t> slow;
@@ -389,45 +379,6 @@ void decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys
     return;
   }
   for (size_t i = 0; i < n; ++i) exact(i);
-}
-
-void countNonFinite(int64_t* counts, const void* const* leaves, int nleaves, const void* keys,
-                    size_t count, DataType type) {
-  const Format f = formatOf(type);
-  const size_t kb = exponentKeyBytes(type);
-  const uint32_t special = nonFiniteKey(type);
-  size_t k = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (loadKey(keys, i, kb) != special) continue;
-    for (int l = 0; l < nleaves; ++l) {
-      const Fields x = split(loadBits(leaves[l], i, f.bytes), f);
-      if (x.exponent != special) continue;
-      ++counts[3 * k + codec::nonFiniteClass(x)];
-    }
-    ++k;
-  }
-}
-
-void applyNonFinite(void* out, const int64_t* counts, const void* keys, size_t count,
-                    DataType type) {
-  const Format f = formatOf(type);
-  const size_t kb = exponentKeyBytes(type);
-  const uint32_t special = nonFiniteKey(type);
-  size_t k = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (loadKey(keys, i, kb) != special) continue;
-    const int64_t* c = counts + 3 * k++;
-    const uint64_t bits = codec::nonFiniteBits(c[0], c[1], c[2], f);
-    storeBits(out, i, f.bytes, bits);
-  }
-}
-
-size_t countNonFiniteKeys(const void* keys, size_t count, DataType type) {
-  const size_t kb = exponentKeyBytes(type);
-  const uint32_t special = nonFiniteKey(type);
-  size_t n = 0;
-  for (size_t i = 0; i < count; ++i) n += loadKey(keys, i, kb) == special;
-  return n;
 }
 
 void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, size_t count,
@@ -471,7 +422,7 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
         for (size_t i = 0; i < m; ++i) {
           if (needsExact[i] && keys[i] != 255) {
             storeBits(result, i, 4,
-                      decodeOne(static_cast<int64_t>(sums[i]), keys[i], f, type, true, nleaves));
+                      codec::decodeSum(static_cast<int64_t>(sums[i]), keys[i], f, true, nleaves));
           }
         }
       } else {
@@ -485,19 +436,12 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
   alignas(64) uint8_t keys[kBlock * 2];
   alignas(64) int64_t sums[kBlock];
   const int64_t* pieces[1] = {sums};
-  std::vector<int64_t> counts;
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t m = std::min(kBlock, count - base);
     void* result = block(base);
     if (kb > 0) localMaxKeys(keys, at.data(), nleaves, 0, m, type);
     encodeLeaves(sums, at.data(), nleaves, keys, 0, m, type);
-    const size_t nonFinite = kb > 0 ? countNonFiniteKeys(keys, m, type) : 0;
-    if (nonFinite > 0) {
-      counts.assign(3 * nonFinite, 0);
-      countNonFinite(counts.data(), at.data(), nleaves, keys, m, type);
-    }
     decodeSums(result, pieces, 1, keys, m, type, op, nleaves);
-    if (nonFinite > 0) applyNonFinite(result, counts.data(), keys, m, type);
   }
 }
 

@@ -20,7 +20,8 @@
 //
 // Non-finite values: an element with any NaN, or with both +inf and -inf, gives NaN (canonical);
 // with +inf (or -inf) only, +inf (-inf). A finite exact sum beyond the dtype's range gives +-inf.
-// An exact zero is +0.
+// An exact zero is +0. The non-finite leaves travel as counts inside the same int64 sums
+// (codec::kCountBits), on every executor.
 //
 // Integer dtypes need no scale: leaves are summed exactly in int64 (int64 sums wrap); int32 sums
 // wrap to int32 at the end; average is the exact sum divided by the number of leaves, truncated
@@ -50,27 +51,18 @@ void localMaxKeys(void* keys, const void* const* leaves, int nleaves, size_t beg
 // out[i] = max over p key arrays; out may alias pieces[j].
 void foldMaxKeys(void* out, const void* const* pieces, int p, size_t n, DataType type);
 
-// out[i] = sum over the leaves of the encoding of leaves[l][begin + i] on the grid of keys[i]
-// (keys indexed from `begin` as well: keys points at element `begin`'s key). Elements with the
-// non-finite key contribute 0. For integer dtypes keys is unused.
+// out[i] = sum over the leaves of what each adds on the grid of keys[i] (keys indexed from `begin`
+// as well: keys points at element `begin`'s key): its encoding, or, where the key is the
+// non-finite key, its count in the fields of codec::kCountBits (codec.h). For integer dtypes keys
+// is unused and the values are summed, wrapping.
 void encodeLeaves(int64_t* out, const void* const* leaves, int nleaves, const void* keys,
                   size_t begin, size_t n, DataType type);
 
 // out[i] (dtype) = the exact sum of pieces[0..p)[i], divided by `leaves` for average, rounded
-// once. keys point at the same elements. Elements with the non-finite key are set to NaN here and
-// fixed by applyNonFinite.
+// once; where the key is the non-finite key, the non-finite result of the summed counts. keys
+// point at the same elements.
 void decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
                 DataType type, ReduceOp op, int64_t leaves);
-
-// For the elements whose key is non-finite: counts[3 * k + {0, 1, 2}] += the number of +inf,
-// -inf and NaN leaves of the k-th such element (in index order).
-void countNonFinite(int64_t* counts, const void* const* leaves, int nleaves, const void* keys,
-                    size_t count, DataType type);
-// Writes the non-finite result of the k-th such element from the summed counts.
-void applyNonFinite(void* out, const int64_t* counts, const void* keys, size_t count,
-                    DataType type);
-// The number of elements whose key is non-finite.
-size_t countNonFiniteKeys(const void* keys, size_t count, DataType type);
 
 // The whole invariant reduction of leaves held in one process: what every rank computes on the
 // inline path. out may alias a leaf.

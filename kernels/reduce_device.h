@@ -1,8 +1,9 @@
 #pragma once
 
-// The allreduce kernels on a CUDA device (kernels/reduce_parallel.h launched as kernels): the
-// rank-order fold and the invariant codec, each bit-identical to its CPU counterpart in
-// kernels/fold.h and kernels/fixed_point.h. Built only with CUDA.
+// The allreduce kernels on a CUDA device, on caller buffers (kernels/bodies/reduce_kernels.h
+// launched by kernels/device_executor.cuh): the rank-order fold and the invariant codec, each
+// bit-identical to its CPU counterpart in kernels/fold.h and kernels/fixed_point.h, for the GPU
+// tests and benchmarks. Built only with CUDA.
 //
 // Buffers are device memory; the pointer arrays themselves are host arrays of device pointers.
 // Work is enqueued on `stream` (a cudaStream_t; null: the legacy default stream) and the calls
@@ -26,13 +27,10 @@ Status localMaxKeys(void* keys, const void* const* leaves, int nleaves, size_t n
 // kernels::foldMaxKeys.
 Status foldMaxKeys(void* out, const void* const* pieces, int p, size_t n, DataType type,
                    void* stream);
-// kernels::encodeLeaves over elements [0, n), except that an element whose key is the
-// non-finite key holds the counts of its +inf, -inf and NaN leaves (in fields of
-// parallel::kCountBits bits, in that order from the low bits) instead of 0.
+// kernels::encodeLeaves over elements [0, n).
 Status encodeLeaves(int64_t* out, const void* const* leaves, int nleaves, const void* keys,
                     size_t n, DataType type, void* stream);
-// kernels::decodeSums followed by kernels::applyNonFinite, the counts read from the sums of the
-// elements whose key is the non-finite key (as encodeLeaves above writes them).
+// kernels::decodeSums.
 Status decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
                   DataType type, ReduceOp op, int64_t leaves, void* stream);
 // kernels::invariantReduceLocal: out may alias a leaf exactly.

@@ -64,7 +64,7 @@ else
 fi
 nccl_sources=() nccl_defs=() nccl_note="NCCL: not found, the tests over NCCL not built"
 if [ ${#nccl_flags[@]} -gt 0 ]; then
-  nccl_sources=(collective/nccl_transport.cc)
+  nccl_sources=(collective/transport/nccl_transport.cc)
   nccl_defs=(-DDETCOLL_GPU_TEST_NCCL=1)
   version=$(awk '/define NCCL_(MAJOR|MINOR|PATCH) / {printf "%s%s", sep, $3; sep = "."}' \
     "$nccl_include/nccl.h" 2>/dev/null || true)
@@ -79,10 +79,10 @@ nvcc=("$cuda/bin/nvcc" -std=c++17 -O2 -x cu
   -diag-suppress=2810 -I. -I"$gtest/include" -I"$gtest")
 core=(common/status.cc common/dtype.cc kernels/ops/segment.cc kernels/ops/scatter.cc
   kernels/ops/axis_sums.cc kernels/ops/resample.cc kernels/ops/op_checks.cc kernels/ops/device.cu
-  kernels/fold.cc kernels/fixed_point.cc kernels/reduce_device.cu collective/device_allreduce.cu
-  collective/communicator.cc collective/ring_allreduce.cc collective/direct_allreduce.cc
-  collective/ordered_allreduce.cc collective/invariant_allreduce.cc
-  collective/thread_communicator.cc "${nccl_sources[@]}")
+  kernels/fold.cc kernels/fixed_point.cc kernels/host_reduce_kernels.cc kernels/reduce_device.cu
+  collective/device_allreduce.cu collective/allreduce.cc collective/comm_exchange.cc
+  collective/ring_allreduce.cc collective/transport/communicator.cc
+  collective/transport/thread_communicator.cc "${nccl_sources[@]}")
 tests=(tests/support/reference.cc tests/gpu/ops_gpu_test.cc tests/gpu/reduce_gpu_test.cc
   tests/gpu/allreduce_gpu_test.cc "${cudnn_sources[@]}" "$gtest/src/gtest-all.cc"
   "$gtest/src/gtest_main.cc")

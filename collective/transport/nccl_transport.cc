@@ -80,18 +80,24 @@ NcclTransport::~NcclTransport() {
   if (comm_ != nullptr) ncclCommDestroy(handle(comm_));
 }
 
-Status NcclTransport::exchange(const std::vector<SendSpec>& sends,
-                               const std::vector<RecvSpec>& recvs, void* stream) {
+Status NcclTransport::complete(ExchangeGroup& group) {
+  group.clear();  // the stream orders what comes next after the group
+  return Status::ok();
+}
+
+Status NcclTransport::post(ExchangeGroup& group, void* stream) {
+  const std::vector<Send>& sends = group.sends;
+  const std::vector<Recv>& recvs = group.recvs;
   if (sends.empty() && recvs.empty()) return Status::ok();
   // A failure inside the group still closes it, so that the communicator stays usable.
   Status status = check(ncclGroupStart(), "ncclGroupStart");
   if (!status.isOk()) return status;
-  for (const RecvSpec& r : recvs) {
+  for (const Recv& r : recvs) {
     if (!status.isOk()) break;
     status = check(ncclRecv(r.data, r.bytes, ncclInt8, r.peer, handle(comm_), streamOf(stream)),
                    "ncclRecv");
   }
-  for (const SendSpec& s : sends) {
+  for (const Send& s : sends) {
     if (!status.isOk()) break;
     status = check(ncclSend(s.data, s.bytes, ncclInt8, s.peer, handle(comm_), streamOf(stream)),
                    "ncclSend");

@@ -1,9 +1,10 @@
 #pragma once
 
-// The GPU data path's transport between processes: an NCCL communicator (DeviceTransport of
-// collective/device_transport.h). The pipeline's transfers are ncclSend/ncclRecv in one group
-// (calls to one peer run in posting order); native mode is ncclAllReduce; broadcast and
-// allgather are NCCL's. Everything is enqueued on the stream given per call. Built only with
+// The GPU data path's transport between processes: an NCCL communicator (an Exchange of
+// exchange.h). A group of the schedule's transfers is ncclSend/ncclRecv in one NCCL group (calls
+// to one peer run in posting order), ordered on the stream, so completing it waits for nothing;
+// native mode is ncclAllReduce; broadcast and allgather are NCCL's. Everything is enqueued on the
+// stream given per call. Built only with
 // NCCL; no MPI here: the caller moves the unique id between processes (the C API broadcasts it
 // over MPI).
 
@@ -12,11 +13,11 @@
 #include <functional>
 #include <memory>
 
-#include "collective/device_transport.h"
+#include "collective/transport/exchange.h"
 
 namespace detcoll::collective {
 
-class NcclTransport : public DeviceTransport {
+class NcclTransport : public Exchange {
  public:
   using UniqueId = std::array<char, 128>;  // NCCL_UNIQUE_ID_BYTES
 
@@ -32,12 +33,12 @@ class NcclTransport : public DeviceTransport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int device() const { return device_; }
-  Status exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs,
-                  void* stream) override;
+  Status post(ExchangeGroup& group, void* stream) override;
+  Status complete(ExchangeGroup& group) override;
   Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                          void* stream) override;
   Status agree(const Status& local) override { return agreement_ ? agreement_(local) : local; }
-  // How agree() reaches the other ranks: over the host communicator (device_collectives.cc).
+  // How agree() reaches the other ranks: over the host communicator (collective/device_path.cc).
   void setAgreement(std::function<Status(const Status&)> agreement) {
     agreement_ = std::move(agreement);
   }

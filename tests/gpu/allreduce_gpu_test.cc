@@ -1,4 +1,5 @@
-// The GPU allreduce pipeline (collective/device_allreduce.h) on P simulated ranks in one process
+// The GPU allreduce (collective/device_allreduce.h: the schedule of collective/allreduce.h with the
+// device's kernel bodies) on P simulated ranks in one process
 // (tests/gpu/simulated_ranks.h: a thread and a stream per rank, device-to-device copies for the
 // transfers), every rank's leaves in device memory, against the CPU reference bit for bit on every
 // rank:
@@ -13,7 +14,7 @@
 // and 4096 bytes (many rounds) and the default; in place and out of place; buffers at 16-byte
 // boundaries and one element off; random non-integer inputs over the whole exponent range, with
 // and without inf and NaN. The device path must also give the CPU path's bits
-// (collective/ordered_allreduce.h, collective/invariant_allreduce.h over ranks as threads), leave
+// (collective::allreduce over ranks as threads), leave
 // the leaves and the bytes around recv alone, and (built with NCCL) give the same over an NCCL
 // communicator of one rank. Skips, saying so, when no GPU is present.
 
@@ -28,10 +29,9 @@
 #include <utility>
 #include <vector>
 
+#include "collective/allreduce.h"
 #include "collective/device_allreduce.h"
-#include "collective/device_transport.h"
-#include "collective/invariant_allreduce.h"
-#include "collective/ordered_allreduce.h"
+#include "collective/transport/exchange.h"
 #include "collective/transport/thread_communicator.h"
 #include "common/dtype.h"
 #include "kernels/fixed_point.h"
@@ -150,7 +150,7 @@ constexpr size_t kGuard = 256;
 // Runs the case's call on one rank over `transport`, on `stream`: the rank's leaves uploaded to
 // device buffers between guard bytes, recv a buffer of its own or the first leaf.
 RankResult runRank(const Case& c, const std::vector<Buffer>& leaves, int rank,
-                   collective::DeviceTransport& transport, cudaStream_t stream) {
+                   collective::Exchange& transport, cudaStream_t stream) {
   RankResult result;
   auto cuda = [&](cudaError_t e, const char* what) {
     if (e != cudaSuccess && result.problem.empty()) {
@@ -182,9 +182,17 @@ RankResult runRank(const Case& c, const std::vector<Buffer>& leaves, int rank,
   for (int b = 0; b < n; ++b) mine.push_back(base[b] + kGuard + shift);
   char* recv = base[c.inPlace ? 0 : n] + kGuard + shift;
   if (ok) {
-    result.status =
-        collective::deviceAllreduce(transport, stream, c.mode, mine.data(), n, recv, c.count,
-                                    c.type, c.op, c.totalLeaves(), c.segmentBytes);
+    collective::AllreduceOptions o;
+    o.mode = c.mode;
+    o.leaves = mine.data();
+    o.nleaves = n;
+    o.recv = recv;
+    o.count = c.count;
+    o.type = c.type;
+    o.op = c.op;
+    o.totalLeaves = c.totalLeaves();
+    o.segmentBytes = c.segmentBytes;
+    result.status = collective::deviceAllreduce(transport, stream, o);
     ok = cuda(cudaStreamSynchronize(stream), "the allreduce's work");
   } else {
     result.status = Status::internal("not run: " + result.problem);
@@ -401,23 +409,22 @@ TEST_F(AllreduceGpu, MatchesTheCpuPathOverThreadRanks) {
             c.specials = isFloatType(type);
             const std::vector<Buffer> leaves = leavesFor(c, ++seed);
             const size_t es = dataTypeSize(type);
-            const std::vector<Buffer> contribution = contributions(c, leaves);
             std::vector<Buffer> cpu(p, Buffer(c.count * es));
             std::vector<Status> cpuStatus(p);
             const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
               const int r = comm.rank();
-              if (mode == Mode::kOrdered) {
-                collective::OrderedAllreduceOptions options;
-                options.segmentBytes = c.segmentBytes;
-                cpuStatus[r] =
-                    collective::orderedAllreduce(comm, contribution[r].data(), cpu[r].data(),
-                                                 c.count, type, op, options, c.totalLeaves());
-              } else {
-                const std::vector<const void*> all = pointersOf(leaves);
-                cpuStatus[r] = collective::invariantAllreduce(
-                    comm, all.data() + c.firstLeaf(r), c.spread[r], cpu[r].data(), c.count, type,
-                    op, c.totalLeaves(), c.segmentBytes);
-              }
+              const std::vector<const void*> all = pointersOf(leaves);
+              collective::AllreduceOptions o;
+              o.mode = mode;
+              o.leaves = all.data() + c.firstLeaf(r);
+              o.nleaves = c.spread[r];
+              o.recv = cpu[r].data();
+              o.count = c.count;
+              o.type = type;
+              o.op = op;
+              o.totalLeaves = c.totalLeaves();
+              o.segmentBytes = c.segmentBytes;
+              cpuStatus[r] = collective::allreduce(comm, o);
             });
             ASSERT_TRUE(spawned.isOk()) << spawned.toString();
             for (int r = 0; r < p; ++r) {

@@ -1,14 +1,16 @@
 #pragma once
 
-// P simulated ranks in one process on one GPU, for the tests of the GPU allreduce pipeline
+// P simulated ranks in one process on one GPU, for the tests of the GPU allreduce
 // (collective/device_allreduce.h): each rank is a thread with a CUDA stream of its own and a
-// SimulatedTransport (a collective::DeviceTransport) over a SimulatedWorld they share.
+// SimulatedTransport (a collective::Exchange) over a SimulatedWorld they share.
 //
-// An exchange waits for the rank's stream, publishes the rank's sends, and meets the other ranks
+// Posting a group runs it at once: it waits for the rank's stream, publishes the rank's sends, and
+// meets the other ranks
 // at a barrier (every send buffer is then ready, every receive buffer free). Each rank then
 // copies, on its own stream, from the matching peers' send buffers into its receive buffers
 // (transfers between a pair match in posting order, sizes must agree), waits for the copies and
 // meets the others again, so that no sender writes a buffer before its receivers have copied it.
+// Completing a group has nothing left to wait for.
 // The native allreduce folds every rank's send buffer into a temporary in rank order (any order
 // would do for native) and copies it to recv once every rank has read the send buffers.
 //
@@ -29,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "collective/device_transport.h"
+#include "collective/transport/exchange.h"
 #include "common/dtype.h"
 #include "common/status.h"
 #include "kernels/reduce_device.h"
@@ -91,11 +93,11 @@ class SimulatedWorld {
 
   // What a rank publishes for the other ranks between two barriers. Written by the rank itself
   // only, before the barrier that makes it visible; read by the others after it.
-  void publishSends(int rank, const std::vector<collective::SendSpec>& sends) {
+  void publishSends(int rank, const std::vector<collective::Send>& sends) {
     std::lock_guard<std::mutex> lock(mutex_);
     sends_[rank] = sends;
   }
-  const std::vector<collective::SendSpec>& sendsOf(int rank) const { return sends_[rank]; }
+  const std::vector<collective::Send>& sendsOf(int rank) const { return sends_[rank]; }
   void publishPointer(int rank, const void* p) {
     std::lock_guard<std::mutex> lock(mutex_);
     pointers_[rank] = p;
@@ -115,11 +117,11 @@ class SimulatedWorld {
   uint64_t generation_ = 0;
   int left_ = 0;
   std::string broken_;
-  std::vector<std::vector<collective::SendSpec>> sends_;
+  std::vector<std::vector<collective::Send>> sends_;
   std::vector<const void*> pointers_;
 };
 
-class SimulatedTransport : public collective::DeviceTransport {
+class SimulatedTransport : public collective::Exchange {
  public:
   SimulatedTransport(std::shared_ptr<SimulatedWorld> world, int rank)
       : world_(std::move(world)), rank_(rank) {}
@@ -127,16 +129,22 @@ class SimulatedTransport : public collective::DeviceTransport {
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
 
-  // How many exchanges and native allreduces this rank has run.
+  // How many groups and native allreduces this rank has run.
   int exchanges() const { return exchanges_; }
   int natives() const { return natives_; }
 
-  Status exchange(const std::vector<collective::SendSpec>& sends,
-                  const std::vector<collective::RecvSpec>& recvs, void* stream) override {
+  Status complete(collective::ExchangeGroup& group) override {
+    group.clear();
+    return Status::ok();
+  }
+
+  Status post(collective::ExchangeGroup& group, void* stream) override {
+    const std::vector<collective::Send>& sends = group.sends;
+    const std::vector<collective::Recv>& recvs = group.recvs;
     ++exchanges_;
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     DETCOLL_RETURN_IF_ERROR(fail(check(cudaStreamSynchronize(s), "cudaStreamSynchronize")));
-    for (const collective::SendSpec& send : sends) {
+    for (const collective::Send& send : sends) {
       if (send.peer < 0 || send.peer >= size()) {
         return fail(Status::internal(where() + "a send to rank " + std::to_string(send.peer)));
       }
@@ -144,15 +152,15 @@ class SimulatedTransport : public collective::DeviceTransport {
     world_->publishSends(rank_, sends);
     DETCOLL_RETURN_IF_ERROR(world_->barrier(rank_));
     // The sends to this rank, per peer, in posting order; matched one by one.
-    std::vector<std::vector<const collective::SendSpec*>> incoming(size());
+    std::vector<std::vector<const collective::Send*>> incoming(size());
     for (int j = 0; j < size(); ++j) {
-      for (const collective::SendSpec& send : world_->sendsOf(j)) {
+      for (const collective::Send& send : world_->sendsOf(j)) {
         if (send.peer == rank_) incoming[j].push_back(&send);
       }
     }
     std::vector<size_t> matched(size(), 0);
     Status status;
-    for (const collective::RecvSpec& recv : recvs) {
+    for (const collective::Recv& recv : recvs) {
       if (recv.peer < 0 || recv.peer >= size()) {
         status = Status::internal(where() + "a receive from rank " + std::to_string(recv.peer));
         break;
@@ -164,7 +172,7 @@ class SimulatedTransport : public collective::DeviceTransport {
                                   std::to_string(incoming[recv.peer].size()) + " transfers)");
         break;
       }
-      const collective::SendSpec& send = *incoming[recv.peer][matched[recv.peer]++];
+      const collective::Send& send = *incoming[recv.peer][matched[recv.peer]++];
       if (send.bytes != recv.bytes) {
         status = Status::internal(where() + "receive " + std::to_string(matched[recv.peer] - 1) +
                                   " from rank " + std::to_string(recv.peer) + " is " +

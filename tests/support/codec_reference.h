@@ -1,25 +1,27 @@
 #pragma once
 
-// The CPU references of the invariant codec's parallel kernels (kernels/reduce_parallel.h: their
-// serial runs in tests/unit/reduce_serial_test.cc, the GPU kernels in tests/gpu/reduce_gpu_test.cc),
-// from the CPU kernels of kernels/fixed_point.h: the exponent keys of a set of leaves, a group's
-// encoding as the parallel kernels write it (the non-finite counts packed where the key is the
-// non-finite key), and the decoded sum of groups' encodings with the non-finite values applied.
+// The CPU references of the invariant codec's bodies (kernels/bodies/reduce.h: their serial runs
+// in tests/unit/reduce_serial_test.cc, the GPU kernels in tests/gpu/reduce_gpu_test.cc), from the
+// CPU kernels of kernels/fixed_point.h: the exponent keys of a set of leaves, a group's encoding
+// (the non-finite counts packed where the key is the non-finite key, checked here against counts
+// of the values), and the decoded sum of groups' encodings.
 // Header-only, without MPI or MPFR (see tests/support/wide_bits.h).
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "common/dtype.h"
 #include "kernels/fixed_point.h"
+#include "tests/support/reference.h"
 #include "tests/support/wide_bits.h"
 
 namespace detcoll::testing {
 
 // Bits of each of the +inf, -inf and NaN counts in a packed element, from the low bits (the
-// parallel kernels' kCountBits, written here rather than taken from them).
+// codec's kCountBits, written here rather than taken from it).
 constexpr int kNonFiniteCountBits = 21;
 
 // The CPU keys of all leaves (a 1-byte placeholder for integers, which have none).
@@ -33,9 +35,10 @@ inline Buffer cpuKeys(const std::vector<Buffer>& leaves, size_t count, DataType 
   return keys;
 }
 
-// What the parallel encoding of `group` on `keys` must be: the CPU encoding, except that where
-// the key is the non-finite key the element holds the group's +inf, -inf and NaN counts, packed.
-// Adds the number of such elements to *specialElements.
+// What the encoding of `group` on `keys` must be: the CPU encoding, in which, where the key is the
+// non-finite key, the element holds the group's +inf, -inf and NaN counts, packed. The counts are
+// checked here against a count of the group's values made in this file. Adds the number of such
+// elements to *specialElements.
 inline std::vector<int64_t> expectedEncoding(const std::vector<Buffer>& group, const Buffer& keys,
                                              size_t count, DataType type, size_t* specialElements) {
   std::vector<int64_t> want(count + 1);  // never empty: the CPU kernel writes through data()
@@ -45,23 +48,27 @@ inline std::vector<int64_t> expectedEncoding(const std::vector<Buffer>& group, c
   if (!isFloatType(type)) return want;
   const size_t kb = kernels::exponentKeyBytes(type);
   const uint32_t special = kernels::nonFiniteKey(type);
-  std::vector<int64_t> counts(3 * kernels::countNonFiniteKeys(keys.data(), count, type), 0);
-  kernels::countNonFinite(counts.data(), pointersOf(group).data(), n, keys.data(), count, type);
-  size_t k = 0;
   for (size_t i = 0; i < count; ++i) {
     if (keyAt(keys.data(), i, kb) != special) continue;
-    EXPECT_EQ(want[i], 0) << "the CPU encodes a non-finite element as 0, element " << i;
-    const int64_t* c = &counts[3 * k++];
-    want[i] = c[0] | (c[1] << kNonFiniteCountBits) | (c[2] << (2 * kNonFiniteCountBits));
+    int64_t counts[3] = {0, 0, 0};  // +inf, -inf, NaN
+    for (const Buffer& leaf : group) {
+      const double v = elementAsDouble(leaf.data(), i, type);
+      if (std::isnan(v)) {
+        ++counts[2];
+      } else if (std::isinf(v)) {
+        ++counts[v > 0 ? 0 : 1];
+      }
+    }
+    EXPECT_EQ(want[i], counts[0] | (counts[1] << kNonFiniteCountBits) |
+                           (counts[2] << (2 * kNonFiniteCountBits)))
+        << "the packed non-finite counts of element " << i;
+    ++*specialElements;
   }
-  *specialElements += k;
   return want;
 }
 
 // The CPU reference of decoding p = cuts.size() - 1 pieces, piece j the encoding of the leaves
-// [cuts[j], cuts[j + 1]) of `all` on `keys`, as op with the divisor all.size(): the CPU decoding
-// of the CPU encodings (0 at the non-finite elements) with the non-finite counts of every leaf
-// applied.
+// [cuts[j], cuts[j + 1]) of `all` on `keys`, as op with the divisor all.size().
 inline Buffer decodedReference(const std::vector<Buffer>& all, const std::vector<int>& cuts,
                                const Buffer& keys, size_t count, DataType type, ReduceOp op) {
   const std::vector<const void*> leaves = pointersOf(all);
@@ -76,11 +83,6 @@ inline Buffer decodedReference(const std::vector<Buffer>& all, const std::vector
   }
   Buffer want(count * dataTypeSize(type));
   kernels::decodeSums(want.data(), piecePointers.data(), p, keys.data(), count, type, op, total);
-  if (isFloatType(type)) {
-    std::vector<int64_t> counts(3 * kernels::countNonFiniteKeys(keys.data(), count, type), 0);
-    kernels::countNonFinite(counts.data(), leaves.data(), total, keys.data(), count, type);
-    kernels::applyNonFinite(want.data(), counts.data(), keys.data(), count, type);
-  }
   return want;
 }
 

@@ -1,41 +1,18 @@
 #pragma once
 
-// The serial run of the GPU data path's allreduce: collective/device_pipeline.h, the very schedule
-// and kernel bodies the device runs, executed on the host (tests/support/serial_executor.h) over a
-// host transport. It exists so that the GPU algorithm is tested where there is no GPU: its bits
-// must equal the CPU path's for every mode, dtype, op, world size and split.
+// The GPU data path's allreduce run on the host: collective/allreduce.h with the device's bodies
+// (kernels/bodies/reduce_kernels.h) on the serial executor (serial_executor.h), over an Exchange
+// (collective::CommExchange for ranks as threads). The schedule is the one the CPU path runs; the
+// kernels are the ones the GPU runs. Its bits must equal the CPU path's for every mode, dtype, op,
+// world size and split.
 
-#include <cstddef>
-#include <cstdint>
-
-#include "collective/device_transport.h"
-#include "collective/transport/communicator.h"
+#include "collective/allreduce.h"
+#include "collective/transport/exchange.h"
+#include "common/status.h"
 
 namespace detcoll::testing {
 
-using collective::Communicator;
-using collective::DeviceTransport;
-using collective::RecvSpec;
-using collective::SendSpec;
-
-// deviceAllreduce (collective/device_allreduce.h) on host buffers.
-Status serialAllreduce(DeviceTransport& transport, Mode mode, const void* const* leaves,
-                       int nleaves, void* recv, size_t count, DataType type, ReduceOp op,
-                       int64_t totalLeaves, size_t segmentBytes);
-
-// The pipeline's transport over a host Communicator (isend/irecv; native: its nativeAllreduce).
-class CommTransport : public DeviceTransport {
- public:
-  explicit CommTransport(Communicator& comm) : comm_(comm) {}
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
-  Status exchange(const std::vector<SendSpec>& sends, const std::vector<RecvSpec>& recvs,
-                  void* stream) override;
-  Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                         void* stream) override;
-
- private:
-  Communicator& comm_;
-};
+// Host buffers; the options as collective::allreduce takes them.
+Status serialAllreduce(collective::Exchange& exchange, const collective::AllreduceOptions& options);
 
 }  // namespace detcoll::testing

@@ -1,7 +1,7 @@
 #pragma once
 
 // The serial executor: the host running the device's data-parallel bodies (kernels/ops/bodies/,
-// kernels/reduce_parallel.h) one grid index at a time, so that CI, which has no GPU, tests the very
+// kernels/bodies/) one grid index at a time, so that CI, which has no GPU, tests the very
 // formulation the GPU runs. Scratch from the heap, a body called for each index in turn (so the
 // grid's indices run in an order no GPU would use, which the bits must not notice: the indices run
 // backwards), a stable sort in place of the device's radix sort. Tests only.
@@ -55,6 +55,7 @@ class SerialExecutor {
   }
 
   Status status() const { return Status::ok(); }
+  void* stream() const { return nullptr; }
 
  private:
   std::vector<std::unique_ptr<unsigned char[]>> buffers_;

@@ -1,9 +1,9 @@
-// tests/support/serial_allreduce.h: the GPU data path's allreduce schedule
-// (collective/device_pipeline.h) run on the host executor over a CommTransport, with ranks as
-// threads on the thread communicator. Every rank's result has the bits of an independent reference
-// computed on one thread (the rank-order fold for ordered, the local invariant reduction of every
-// leaf for invariant) and the bits of the CPU path (collective::orderedAllreduce,
-// invariantAllreduce) on the same inputs: every dtype and op, world sizes 1 to 5, lengths around
+// tests/support/serial_allreduce.h: the allreduce schedule (collective/allreduce.h) with the GPU's
+// kernel bodies on the serial executor over a CommExchange, with ranks as threads on the thread
+// communicator. Every rank's result has the bits of an independent reference computed on one
+// thread (the rank-order fold for ordered, the local invariant reduction of every leaf for
+// invariant) and the bits of the CPU path (collective::allreduce, the CPU's kernels) on the same
+// inputs: every dtype and op, world sizes 1 to 5, lengths around
 // the world size, small segments (many rounds, uneven shards) and large ones, one leaf per rank or
 // several, in place and out of place, aligned and one element off. The invariant bits do not change
 // when the leaves move between ranks or the world size changes. Native: exact on integer-valued
@@ -21,10 +21,9 @@
 #include <tuple>
 #include <vector>
 
+#include "collective/allreduce.h"
 #include "collective/barrier.h"
-#include "collective/invariant_allreduce.h"
-#include "collective/mode_allreduce.h"
-#include "collective/ordered_allreduce.h"
+#include "collective/comm_exchange.h"
 #include "collective/transport/thread_communicator.h"
 #include "common/dtype.h"
 #include "kernels/fixed_point.h"
@@ -38,7 +37,6 @@ namespace {
 
 using collective::Communicator;
 using testing::Buffer;
-using testing::CommTransport;
 using testing::describe;
 using testing::identity;
 using testing::isFloatType;
@@ -160,11 +158,23 @@ std::vector<RankOutcome> runBoth(Mode mode, const std::vector<Buffer>& leaves,
     const std::vector<int>& mine = placement[r];
     const int n = static_cast<int>(mine.size());
     RankOutcome& out = outcome[r];
+    auto options = [&](RankBuffers& b) {
+      collective::AllreduceOptions a;
+      a.mode = mode;
+      a.leaves = b.pointers.data();
+      a.nleaves = n;
+      a.recv = b.recv.data();
+      a.count = count;
+      a.type = type;
+      a.op = op;
+      a.totalLeaves = total;
+      a.segmentBytes = o.segmentBytes;
+      return a;
+    };
     {
       RankBuffers b(leaves, mine, count, type, o);
-      CommTransport transport(comm);
-      out.serial = testing::serialAllreduce(transport, mode, b.pointers.data(), n, b.recv.data(),
-                                            count, type, op, total, o.segmentBytes);
+      collective::CommExchange exchange(comm);
+      out.serial = testing::serialAllreduce(exchange, options(b));
       out.serialOut = b.recv.contents();
       out.damage += b.damage(leaves, mine, o, "serial");
     }
@@ -175,31 +185,7 @@ std::vector<RankOutcome> runBoth(Mode mode, const std::vector<Buffer>& leaves,
       return;
     }
     RankBuffers b(leaves, mine, count, type, o);
-    collective::OrderedAllreduceOptions options;
-    options.segmentBytes = o.segmentBytes;
-    if (mode == Mode::kInvariant) {
-      out.cpu = collective::invariantAllreduce(comm, b.pointers.data(), n, b.recv.data(), count,
-                                               type, op, total, o.segmentBytes);
-    } else {
-      // One buffer per rank: the leaf, or the leaves folded (into recv when in place).
-      Buffer folded = contributionOf(leaves, mine, count, type, op);
-      const void* send = b.pointers[0];
-      if (n > 1) {
-        if (o.inPlace) {
-          std::memcpy(b.recv.data(), folded.data(), folded.size());
-          send = b.recv.data();
-        } else {
-          send = folded.data();
-        }
-      }
-      if (mode == Mode::kOrdered) {
-        out.cpu = collective::orderedAllreduce(comm, send, b.recv.data(), count, type, op, options,
-                                               total);
-      } else {
-        out.cpu = collective::modeAllreduce(comm, mode, send, b.recv.data(), count, type, op,
-                                            options, total);
-      }
-    }
+    out.cpu = collective::allreduce(comm, options(b));
     out.cpuOut = b.recv.contents();
     out.damage += b.damage(leaves, mine, o, "CPU path");
   });

@@ -93,7 +93,7 @@ TEST(CollectivesTest, InlineAndLargePathsAgreeOnSplitBuffers) {
   std::vector<Buffer> whole(p, Buffer(count * 4, kSentinel));
   std::vector<Buffer> pieces(p, Buffer(count * 4, kSentinel));
   runRanks(p, [&](Collectives& c, int r) {
-    c.orderedOptions().segmentBytes = 1000;
+    c.setSegmentBytes(1000);
     Status s = c.allreduce(Mode::kOrdered, inputs[r].data(), whole[r].data(), count, 0, 0, "fused");
     if (!s.isOk()) throw std::runtime_error(s.toString());
     size_t offset = 0;
@@ -266,7 +266,7 @@ TEST(CollectivesTest, MixedSequenceOfCallsOnOneObject) {
   }
   std::vector<std::vector<Status>> status(steps.size(), std::vector<Status>(p));
   runRanks(p, [&](Collectives& c, int r) {
-    c.orderedOptions().segmentBytes = 2048;
+    c.setSegmentBytes(2048);
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& s = steps[i];
       const size_t bytes = s.count * dataTypeSize(s.type);

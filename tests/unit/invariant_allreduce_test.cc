@@ -6,7 +6,7 @@
 // ranks; integers and min/max; the accuracy bound of kernels/fixed_point.h against a float32
 // ring; the leaf-count limits.
 
-#include "collective/invariant_allreduce.h"
+#include "collective/allreduce.h"
 
 #include <gtest/gtest.h>
 
@@ -65,7 +65,7 @@ Outcome runPlaced(Mode mode, const std::vector<Buffer>& leaves, const Placement&
   const size_t es = dataTypeSize(type);
   Outcome o{std::vector<Buffer>(p, Buffer(count * es + 16, kSentinel)), std::vector<Status>(p)};
   runRanks(p, [&](Collectives& c, int r) {
-    if (options.segmentBytes > 0) c.orderedOptions().segmentBytes = options.segmentBytes;
+    if (options.segmentBytes > 0) c.setSegmentBytes(options.segmentBytes);
     std::vector<const void*> mine;
     for (int l : placement[r]) mine.push_back(leaves[l].data());
     if (options.inPlace) {
@@ -153,8 +153,27 @@ TEST_P(InvariantAllreduceTest, MatchesExactReferenceInlineAndPipelined) {
 INSTANTIATE_TEST_SUITE_P(FloatTypes, InvariantAllreduceTest, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return dataTypeName(info.param); });
 
+// The invariant allreduce (collective/allreduce.h) of this rank's leaves, called directly.
+Status invariantAllreduce(
+    collective::Communicator& comm, const void* const* leaves, int nleaves, void* recv,
+    size_t count, DataType type, ReduceOp op, int64_t total, size_t segmentBytes,
+    collective::InvariantTransport transport = collective::InvariantTransport::kAuto) {
+  collective::AllreduceOptions o;
+  o.mode = Mode::kInvariant;
+  o.leaves = leaves;
+  o.nleaves = nleaves;
+  o.recv = recv;
+  o.count = count;
+  o.type = type;
+  o.op = op;
+  o.totalLeaves = total;
+  o.segmentBytes = segmentBytes;
+  o.invariantTransport = transport;
+  return collective::allreduce(comm, o);
+}
+
 TEST(InvariantAllreduceDirectTest, PipelineWithFewerElementsThanRanks) {
-  // collective::invariantAllreduce called directly runs the pipeline even where the checked entry
+  // The invariant allreduce called directly runs the pipeline even where the checked entry
   // point would take the inline path: counts below the world size leave some shards empty.
   for (DataType type : testing::kAllTypes) {
     for (ReduceOp op : testing::kAllOps) {
@@ -170,8 +189,8 @@ TEST(InvariantAllreduceDirectTest, PipelineWithFewerElementsThanRanks) {
           const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
             const int r = comm.rank();
             const void* mine[2] = {leaves[2 * r].data(), leaves[2 * r + 1].data()};
-            status[r] = collective::invariantAllreduce(comm, mine, 2, out[r].data(), count, type,
-                                                       op, 2 * p, count % 2 ? 64 : 1 << 20);
+            status[r] = invariantAllreduce(comm, mine, 2, out[r].data(), count, type, op, 2 * p,
+                                           count % 2 ? 64 : 1 << 20);
           });
           ASSERT_TRUE(spawned.isOk()) << spawned.toString();
           expectEverywhere(Outcome{out, status}, expected, count, type);
@@ -208,8 +227,8 @@ TEST(InvariantAllreduceDirectTest, BothTransportsGiveTheReferenceBits) {
                 std::memcpy(o.out[r].data(), leaves[r].data(), count * es);
                 mine[0] = o.out[r].data();
               }
-              o.status[r] = collective::invariantAllreduce(comm, mine, 1, o.out[r].data(), count,
-                                                           type, op, p, 1024, transport);
+              o.status[r] = invariantAllreduce(comm, mine, 1, o.out[r].data(), count, type, op, p,
+                                               1024, transport);
             });
             ASSERT_TRUE(spawned.isOk()) << spawned.toString();
             expectEverywhere(o, expected, count, type);
@@ -231,9 +250,9 @@ TEST(InvariantAllreduceDirectTest, LeafTransportNeedsOneLeafOnEveryRank) {
   const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
     const int r = comm.rank();
     const void* mine[2] = {leaves[2 * r].data(), leaves[2 * r + 1].data()};
-    status[r] = collective::invariantAllreduce(comm, mine, 2, out[r].data(), count,
-                                               DataType::kFloat32, ReduceOp::kSum, 2 * p, 1 << 20,
-                                               collective::InvariantTransport::kLeaves);
+    status[r] =
+        invariantAllreduce(comm, mine, 2, out[r].data(), count, DataType::kFloat32, ReduceOp::kSum,
+                           2 * p, 1 << 20, collective::InvariantTransport::kLeaves);
   });
   ASSERT_TRUE(spawned.isOk()) << spawned.toString();
   expectSameFailureEverywhere(status, StatusCode::kInternal, {"one leaf on every rank"});

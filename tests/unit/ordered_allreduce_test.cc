@@ -1,7 +1,8 @@
-// collective/ordered_allreduce.h over the thread communicator: every rank's result has the bits of
-// the rank-order reference fold, whatever the world size, length, offset, split or segment size.
+// The ordered allreduce (collective/allreduce.h) over the thread communicator: every rank's result
+// has the bits of the rank-order reference fold, whatever the world size, length, offset, split or
+// segment size.
 
-#include "collective/ordered_allreduce.h"
+#include "collective/allreduce.h"
 
 #include <gtest/gtest.h>
 
@@ -31,8 +32,21 @@ using testing::sameBits;
 using testing::untouched;
 
 using collective::Communicator;
-using collective::OrderedAllreduceOptions;
 using testing::firstDifference;
+
+// The ordered allreduce of one buffer per rank.
+Status orderedAllreduce(Communicator& comm, const void* send, void* recv, size_t count,
+                        DataType type, ReduceOp op, size_t segmentBytes = 1 << 20) {
+  collective::AllreduceOptions o;
+  o.mode = Mode::kOrdered;
+  o.leaves = &send;
+  o.recv = recv;
+  o.count = count;
+  o.type = type;
+  o.op = op;
+  o.segmentBytes = segmentBytes;
+  return collective::allreduce(comm, o);
+}
 
 // Runs orderedAllreduce on inputs.size() ranks; returns each rank's output buffer (with a trailing
 // guard region that must stay untouched) and the spawn status.
@@ -45,7 +59,7 @@ struct RunResult {
 constexpr size_t kGuard = 16;
 
 RunResult runOrdered(const std::vector<Buffer>& inputs, size_t count, DataType type, ReduceOp op,
-                     bool inPlace, const OrderedAllreduceOptions& options = {}) {
+                     bool inPlace, size_t segmentBytes = 1 << 20) {
   const int p = static_cast<int>(inputs.size());
   const size_t bytes = count * dataTypeSize(type);
   RunResult result;
@@ -57,10 +71,10 @@ RunResult runOrdered(const std::vector<Buffer>& inputs, size_t count, DataType t
     if (inPlace) {
       std::copy(inputs[r].begin(), inputs[r].end(), out.begin());
       result.statuses[r] =
-          collective::orderedAllreduce(comm, out.data(), out.data(), count, type, op, options);
+          orderedAllreduce(comm, out.data(), out.data(), count, type, op, segmentBytes);
     } else {
-      result.statuses[r] = collective::orderedAllreduce(comm, inputs[r].data(), out.data(), count,
-                                                        type, op, options);
+      result.statuses[r] =
+          orderedAllreduce(comm, inputs[r].data(), out.data(), count, type, op, segmentBytes);
     }
   });
   return result;
@@ -127,8 +141,6 @@ class OrderedAllreduceSegmentTest : public ::testing::TestWithParam<SegmentParam
 
 TEST_P(OrderedAllreduceSegmentTest, ManyRoundsGiveTheReferenceBits) {
   const auto [p, segmentBytes, type] = GetParam();
-  OrderedAllreduceOptions options;
-  options.segmentBytes = segmentBytes;
   int variant = 0;
   for (size_t count : {size_t{1023}, size_t{4097}}) {
     const auto inputs = makeInputs(type, p, count, 31 * count + segmentBytes);
@@ -136,7 +148,7 @@ TEST_P(OrderedAllreduceSegmentTest, ManyRoundsGiveTheReferenceBits) {
       const bool inPlace = (variant++ % 2) == 1;
       SCOPED_TRACE("count=" + std::to_string(count) + " op=" + reduceOpName(op) +
                    (inPlace ? " in place" : " out of place"));
-      checkRun(runOrdered(inputs, count, type, op, inPlace, options),
+      checkRun(runOrdered(inputs, count, type, op, inPlace, segmentBytes),
                reference(inputs, count, type, op), count, type);
     }
   }
@@ -154,12 +166,11 @@ INSTANTIATE_TEST_SUITE_P(Segments, OrderedAllreduceSegmentTest,
                          });
 
 TEST(OrderedAllreduceTest, SegmentSmallerThanOneElement) {
-  OrderedAllreduceOptions options;
-  options.segmentBytes = 1;  // below one element of any dtype: one element per shard per round
+  const size_t segmentBytes = 1;  // below one element of any dtype: the fewest elements a round
   for (DataType type : {DataType::kFloat64, DataType::kFloat16}) {
     const size_t count = 103;
     const auto inputs = makeInputs(type, 4, count, 8);
-    checkRun(runOrdered(inputs, count, type, ReduceOp::kSum, true, options),
+    checkRun(runOrdered(inputs, count, type, ReduceOp::kSum, true, segmentBytes),
              reference(inputs, count, type, ReduceOp::kSum), count, type);
   }
 }
@@ -176,9 +187,8 @@ TEST(OrderedAllreduceTest, SplittingTheBufferDoesNotChangeTheBits) {
         const size_t count = 5003;
         const size_t es = dataTypeSize(type);
         const auto inputs = makeInputs(type, p, count, 17 * p + static_cast<int>(type));
-        OrderedAllreduceOptions options;
-        options.segmentBytes = segmentBytes;
-        const RunResult whole = runOrdered(inputs, count, type, ReduceOp::kSum, false, options);
+        const RunResult whole =
+            runOrdered(inputs, count, type, ReduceOp::kSum, false, segmentBytes);
         checkRun(whole, reference(inputs, count, type, ReduceOp::kSum), count, type);
 
         // Random cut points, the same on every rank; pieces reduced one after the other.
@@ -194,9 +204,9 @@ TEST(OrderedAllreduceTest, SplittingTheBufferDoesNotChangeTheBits) {
           for (size_t c = 0; c + 1 < cuts.size(); ++c) {
             const size_t begin = cuts[c];
             const size_t length = cuts[c + 1] - begin;
-            const Status s = collective::orderedAllreduce(comm, inputs[r].data() + begin * es,
-                                                          pieces[r].data() + begin * es, length,
-                                                          type, ReduceOp::kSum, options);
+            const Status s =
+                orderedAllreduce(comm, inputs[r].data() + begin * es, pieces[r].data() + begin * es,
+                                 length, type, ReduceOp::kSum, segmentBytes);
             if (!s.isOk()) throw std::runtime_error(s.toString());
           }
         });
@@ -223,12 +233,11 @@ TEST(OrderedAllreduceTest, ConsecutiveCallsOfChangingSizes) {
   Status spawned = collective::spawn(p, [&](Communicator& comm) {
     const int r = comm.rank();
     for (size_t i = 0; i < counts.size(); ++i) {
-      OrderedAllreduceOptions options;
-      options.segmentBytes = i % 2 ? 512 : (1 << 20);
+      const size_t segmentBytes = i % 2 ? 512 : (1 << 20);
       Buffer& out = outputs[i][r];
       out.assign(counts[i] * 4, kSentinel);
-      const Status s = collective::orderedAllreduce(comm, inputs[i][r].data(), out.data(),
-                                                    counts[i], type, ReduceOp::kSum, options);
+      const Status s = orderedAllreduce(comm, inputs[i][r].data(), out.data(), counts[i], type,
+                                        ReduceOp::kSum, segmentBytes);
       if (!s.isOk()) throw std::runtime_error(s.toString());
     }
   });
@@ -265,8 +274,7 @@ TEST(OrderedAllreduceTest, TestDataDetectsReordering) {
       Status s = collective::ringAllreduce(
           comm, {inputs[r].data(), ring[r].data(), count, type, ReduceOp::kSum});
       if (!s.isOk()) throw std::runtime_error(s.toString());
-      s = collective::orderedAllreduce(comm, inputs[r].data(), mine[r].data(), count, type,
-                                       ReduceOp::kSum);
+      s = orderedAllreduce(comm, inputs[r].data(), mine[r].data(), count, type, ReduceOp::kSum);
       if (!s.isOk()) throw std::runtime_error(s.toString());
     });
     ASSERT_TRUE(spawned.isOk()) << spawned.toString();
@@ -333,10 +341,8 @@ TEST(OrderedAllreduceTest, HalfTypesFoldInRankOrderWithCancellingData) {
         ASSERT_GE(firstDifference(rotated.data(), expected.data(), count, type), 0)
             << "the data does not detect a fold started at rank " << start;
       }
-      OrderedAllreduceOptions small;
-      small.segmentBytes = 64;
       checkRun(runOrdered(inputs, count, type, ReduceOp::kSum, false), expected, count, type);
-      checkRun(runOrdered(inputs, count, type, ReduceOp::kSum, true, small), expected, count, type);
+      checkRun(runOrdered(inputs, count, type, ReduceOp::kSum, true, 64), expected, count, type);
     }
   }
 }

@@ -1,11 +1,11 @@
-// kernels/reduce_parallel.h on the host executor (tests/support/serial_executor.h): the GPU data
-// path's kernel bodies, run as their serial runs, against the CPU reference kernels of
+// kernels/bodies/reduce.h on the serial executor (tests/support/serial_executor.h): the GPU data
+// path's kernel bodies, run one index at a time on the host, against the CPU reference kernels of
 // kernels/fold.h and kernels/fixed_point.h, bit for bit. Every dtype and op, 1 to 70 pieces,
 // lengths that leave vector tails, 16-byte aligned buffers (the vector path) and buffers shifted by
 // one element (the scalar path), in place; random non-integer inputs over the whole exponent range
 // of the dtype with zeros, -0, subnormals and, in some runs, infinities and NaNs.
 
-#include "kernels/reduce_parallel.h"
+#include "kernels/bodies/reduce_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kernels/codec.h"
 #include "kernels/fixed_point.h"
 #include "kernels/fold.h"
 #include "tests/support/codec_reference.h"
@@ -28,7 +29,7 @@
 namespace detcoll {
 namespace {
 
-namespace par = kernels::parallel;
+namespace par = kernels::bodies;
 
 using testing::Buffer;
 using testing::Expected;
@@ -44,7 +45,7 @@ using testing::Slab;
 using testing::slabsOf;
 using testing::wideLeaves;
 
-static_assert(par::kCountBits == testing::kNonFiniteCountBits,
+static_assert(kernels::codec::kCountBits == testing::kNonFiniteCountBits,
               "tests/support/codec_reference.h packs the non-finite counts as the serial runs do");
 
 // The inputs still hold what they were given (all but input `skip`), and their guards are intact.

@@ -1,11 +1,12 @@
 #pragma once
 
 // The allreduce kernels as a data-parallel machine computes them: the rank-order fold, the
-// invariant mode's exponent keys, encode and decode, written once as bodies over an executor
-// that is the GPU (kernels/reduce_device.cu, kernels/device_executor.cuh) or the host
-// (tests/support/serial_executor.h: the serial run CI runs). Element i of every
-// result depends on element i of the inputs only, so the bits are those of the CPU reference
-// (kernels/fold.h, kernels/fixed_point.h) whatever the launch configuration.
+// invariant mode's exponent keys, encode and decode, written once as bodies (a body is called
+// once per grid index) and launched by kernels/bodies/reduce_kernels.h on an executor: the GPU
+// (kernels/device_executor.cuh) or, in the tests, the host one index at a time
+// (tests/support/serial_executor.h). Element i of every result depends on element i of the inputs
+// only, so the bits are those of the CPU kernels (kernels/fold.h, kernels/fixed_point.h) whatever
+// the launch configuration.
 //
 // Each body call handles one vector: kLanes<T> consecutive elements, 16 bytes of the dtype,
 // loaded and stored as one 16-byte access when every buffer is 16-byte aligned; a tail or
@@ -13,10 +14,8 @@
 // input is read once and each output written once (the invariant reduction of P dtype pieces
 // reads its pieces twice, keys first, then encodings, within one body call).
 //
-// The invariant mode's encodings carry non-finite values in place: where an element's key is
-// the special (inf/NaN) key, its int64 holds the counts of +inf, -inf and NaN leaves in three
-// fields of kCountBits bits, which sum exactly like the encodings do (at most 2^16 leaves), so
-// one int64 reduce-scatter carries both and no compaction pass is needed.
+// The invariant mode's encodings carry non-finite values in place, by the codec's one rule
+// (codec::kCountBits in kernels/codec.h), as the CPU kernels do.
 
 #include <cstddef>
 #include <cstdint>
@@ -31,31 +30,15 @@
 #include "kernels/accumulate.h"
 #include "kernels/codec.h"
 #include "kernels/combine.h"
+#include "kernels/pieces.h"
 
-namespace detcoll::kernels::parallel {
+namespace detcoll::kernels::bodies {
 
-constexpr int kVectorBytes = 16;
+using kernels::kVectorBytes;
 template <typename T>
 constexpr int kLanes = kVectorBytes / static_cast<int>(sizeof(T));
-constexpr int kCountBits = 21;
-static_assert(codec::kHeadroomBits < kCountBits, "a count field must hold every leaf");
 
-// P pieces of a reduction: from a table in executor memory, or at base + j * stride; piece `own`
-// (if >= 0) is ownPtr instead; every piece advanced by `offset` bytes to its first element.
-struct Pieces {
-  const char* const* table = nullptr;
-  const char* base = nullptr;
-  size_t stride = 0;
-  int own = -1;
-  const char* ownPtr = nullptr;
-  size_t offset = 0;
-
-  template <typename T>
-  DETCOLL_HOST_DEVICE const T* at(int j) const {
-    const char* p = j == own ? ownPtr : (table != nullptr ? table[j] : base + j * stride);
-    return reinterpret_cast<const T*>(p + offset);
-  }
-};
+using kernels::Pieces;
 
 template <typename T>
 DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void loadLanes(const T* p, T* v) {
@@ -235,19 +218,6 @@ struct MaxKeysBody {
   }
 };
 
-// The int64 a float leaf adds to its element's sum on the grid of `key`: its encoding, or, under
-// the special key, a count in the field of its class (nothing when it is finite).
-template <typename T>
-DETCOLL_HOST_DEVICE inline int64_t contribution(T value, uint32_t key, const codec::Format& f) {
-  const uint64_t bits = bitsOf(value);
-  if (key == codec::specialKey(f)) {
-    const codec::Fields x = codec::split(bits, f);
-    if (x.exponent != codec::specialKey(f)) return 0;
-    return int64_t{1} << (kCountBits * codec::nonFiniteClass(x));
-  }
-  return key == 0 ? 0 : codec::encodeValue(bits, key, f);
-}
-
 // sum[l] = the sum over k pieces of lane l's contribution on the grid of key[l]; for integer
 // dtypes (key unused) the wrapping sum of the values.
 template <typename T>
@@ -261,7 +231,7 @@ DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void sumContributions(const Pieces& pie
     loadVector(pieces.at<T>(j), begin, m, vectorized, x);
     for (int l = 0; l < m; ++l) {
       if constexpr (isFloatingStorage<T>()) {
-        sum[l] += contribution(x[l], key[l], formatFor<T>());
+        sum[l] += codec::leafContribution(bitsOf(x[l]), key[l], formatFor<T>());
       } else {
         sum[l] = wrapAdd(sum[l], static_cast<int64_t>(x[l]));
       }
@@ -302,26 +272,23 @@ DETCOLL_HOST_DEVICE inline T decodeElement(int64_t sum, uint32_t key, bool avera
                                            int64_t leaves) {
   if constexpr (isFloatingStorage<T>()) {
     const codec::Format f = formatFor<T>();
-    if (key == codec::specialKey(f)) {
-      const int64_t mask = (int64_t{1} << kCountBits) - 1;
-      return fromBits<T>(codec::nonFiniteBits(sum & mask, (sum >> kCountBits) & mask,
-                                              (sum >> (2 * kCountBits)) & mask, f));
-    }
     if constexpr (std::is_same_v<T, float>) {
       // By double arithmetic where that settles the bits (nearly everywhere): no 128-bit
       // division on the hot path.
-      bool settled = false;
-      const float fast = codec::decodeFloat32(sum, key, average, leaves, &settled);
-      if (settled) return fast;
+      if (key != codec::specialKey(f)) {
+        bool settled = false;
+        const float fast = codec::decodeFloat32(sum, key, average, leaves, &settled);
+        if (settled) return fast;
+      }
     }
-    return fromBits<T>(codec::decodeSum(sum, key, f, average, leaves));
+    return fromBits<T>(codec::decodeElement(sum, key, f, average, leaves));
   } else {
     if (average) sum /= leaves;
     return Traits<T>::store(sum);
   }
 }
 
-// out[i] = decode(sum of p int64 pieces at i) (decodeSums plus applyNonFinite). out may alias
+// out[i] = decode(sum of p int64 pieces at i) (kernels::decodeSums). out may alias
 // nothing the pieces hold.
 template <typename T>
 struct DecodeBody {
@@ -380,7 +347,7 @@ struct InvariantLocalBody {
   }
 };
 
-// ---- launches ----------------------------------------------------------------------------------
+// ---- helpers of the launches ------------------------------------------------------------------
 
 // The number of body calls for n elements of T.
 template <typename T>
@@ -388,153 +355,4 @@ inline int64_t vectorsOf(int64_t n) {
   return (n + kLanes<T> - 1) / kLanes<T>;
 }
 
-// Whether every pointer is 16-byte aligned.
-inline bool aligned16(std::initializer_list<const void*> pointers) {
-  for (const void* p : pointers) {
-    if (reinterpret_cast<uintptr_t>(p) % kVectorBytes != 0) return false;
-  }
-  return true;
-}
-
-// out = the rank-order fold of k pieces (kernels::foldRankOrder). vectorized: every piece and out
-// are 16-byte aligned.
-template <typename Exec>
-void fold(Exec& e, void* out, const Pieces& pieces, int k, int64_t n, DataType type, ReduceOp op,
-          int64_t divisor, bool vectorized) {
-  visitType(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = typename Traits<T>::Acc;
-    visitCombine(op, [&](auto combine, auto average) {
-      FoldBody<T, decltype(combine), decltype(average)::value> body{
-          pieces, k, static_cast<T*>(out), n, static_cast<A>(divisor), vectorized};
-      e.launch(vectorsOf<T>(n), body);
-    });
-  });
-}
-
-// Visits a float storage type (integers have no keys).
-template <typename F>
-void visitFloatType(DataType type, F&& f) {
-  visitType(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (isFloatingStorage<T>()) f(tag);
-  });
-}
-
-template <typename Exec>
-void localKeys(Exec& e, void* keys, const Pieces& leaves, int nleaves, int64_t n, DataType type,
-               bool vectorized) {
-  visitFloatType(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    e.launch(vectorsOf<T>(n),
-             KeysBody<T>{leaves, nleaves, static_cast<KeyOf<T>*>(keys), n, vectorized});
-  });
-}
-
-template <typename Exec>
-void foldKeys(Exec& e, void* out, const Pieces& pieces, int p, int64_t n, DataType type) {
-  visitFloatType(type, [&](auto tag) {
-    using K = KeyOf<typename decltype(tag)::type>;
-    e.launch(n, MaxKeysBody<K>{pieces, p, static_cast<K*>(out)});
-  });
-}
-
-template <typename Exec>
-void encode(Exec& e, int64_t* out, const Pieces& leaves, int nleaves, const void* keys, int64_t n,
-            DataType type, bool vectorized) {
-  visitType(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    e.launch(vectorsOf<T>(n), EncodeBody<T>{leaves, nleaves, keys, out, n, vectorized});
-  });
-}
-
-template <typename Exec>
-void decode(Exec& e, void* out, const Pieces& sums, int p, const void* keys, int64_t n,
-            DataType type, ReduceOp op, int64_t leaves, bool vectorized) {
-  visitType(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    e.launch(vectorsOf<T>(n), DecodeBody<T>{sums, p, keys, static_cast<T*>(out), n,
-                                            op == ReduceOp::kAverage, leaves, vectorized});
-  });
-}
-
-// The invariant reduction of p pieces held here: sum and average exactly, min and max by the
-// (order-independent) fold.
-template <typename Exec>
-void invariantLocal(Exec& e, void* out, const Pieces& pieces, int p, int64_t n, DataType type,
-                    ReduceOp op, bool vectorized) {
-  if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
-    return fold(e, out, pieces, p, n, type, op, 1, vectorized);
-  }
-  visitType(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    e.launch(vectorsOf<T>(n), InvariantLocalBody<T>{pieces, p, static_cast<T*>(out), n,
-                                                    op == ReduceOp::kAverage, vectorized});
-  });
-}
-
-// ---- the kernels on caller buffers, for either executor (reduce_device.h wraps the device) -----
-
-// A table of k pointers in executor memory, and whether they (and `also`) are 16-byte aligned.
-template <typename Exec>
-Pieces tableOf(Exec& e, const void* const* pointers, int k, const void* also, bool* vectorized) {
-  const char** table = e.template alloc<const char*>(k);
-  // From a copy of our own in pageable memory, which the copy has read when it returns: the
-  // caller's array may be pinned, where the copy would read it later.
-  const std::vector<const void*> copy(pointers, pointers + k);
-  e.toDevice(table, copy.data(), static_cast<size_t>(k) * sizeof(void*));
-  *vectorized = aligned16({also});
-  for (int j = 0; j < k; ++j) *vectorized = *vectorized && aligned16({pointers[j]});
-  Pieces pieces;
-  pieces.table = table;
-  return pieces;
-}
-
-template <typename Exec>
-void foldRankOrder(Exec& e, void* out, const void* const* inputs, int k, size_t count,
-                   DataType type, ReduceOp op, int64_t divisor) {
-  bool vectorized = false;
-  const Pieces pieces = tableOf(e, inputs, k, out, &vectorized);
-  fold(e, out, pieces, k, static_cast<int64_t>(count), type, op, divisor, vectorized);
-}
-
-template <typename Exec>
-void localMaxKeys(Exec& e, void* keys, const void* const* leaves, int nleaves, size_t n,
-                  DataType type) {
-  bool vectorized = false;
-  const Pieces pieces = tableOf(e, leaves, nleaves, nullptr, &vectorized);
-  localKeys(e, keys, pieces, nleaves, static_cast<int64_t>(n), type, vectorized);
-}
-
-template <typename Exec>
-void foldMaxKeys(Exec& e, void* out, const void* const* pieces, int p, size_t n, DataType type) {
-  bool vectorized = false;
-  foldKeys(e, out, tableOf(e, pieces, p, nullptr, &vectorized), p, static_cast<int64_t>(n), type);
-}
-
-template <typename Exec>
-void encodeLeaves(Exec& e, int64_t* out, const void* const* leaves, int nleaves, const void* keys,
-                  size_t n, DataType type) {
-  bool vectorized = false;
-  const Pieces pieces = tableOf(e, leaves, nleaves, nullptr, &vectorized);
-  encode(e, out, pieces, nleaves, keys, static_cast<int64_t>(n), type, vectorized);
-}
-
-template <typename Exec>
-void decodeSums(Exec& e, void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
-                DataType type, ReduceOp op, int64_t leaves) {
-  bool vectorized = false;
-  const Pieces table =
-      tableOf(e, reinterpret_cast<const void* const*>(pieces), p, nullptr, &vectorized);
-  decode(e, out, table, p, keys, static_cast<int64_t>(n), type, op, leaves, aligned16({out}));
-}
-
-template <typename Exec>
-void invariantReduceLocal(Exec& e, void* out, const void* const* leaves, int nleaves, size_t count,
-                          DataType type, ReduceOp op) {
-  bool vectorized = false;
-  const Pieces pieces = tableOf(e, leaves, nleaves, out, &vectorized);
-  invariantLocal(e, out, pieces, nleaves, static_cast<int64_t>(count), type, op, vectorized);
-}
-
-}  // namespace detcoll::kernels::parallel
+}  // namespace detcoll::kernels::bodies

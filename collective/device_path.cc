@@ -1,4 +1,4 @@
-#include "collective/device_collectives.h"
+#include "collective/device_path.h"
 
 #include <array>
 #include <cstdint>
@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "collective/agreement.h"
+#include "collective/allgather.h"
 #include "collective/broadcast.h"
-#include "collective/device_transport.h"
+#include "collective/transport/exchange.h"
 #include "common/config.h"
 #include "common/logging.h"
 
@@ -18,7 +19,6 @@
 #include "collective/device_allreduce.h"
 #endif
 #if DETCOLL_WITH_NCCL
-#include "collective/allgather.h"
 #include "collective/transport/nccl_transport.h"
 #endif
 
@@ -202,25 +202,22 @@ Status DevicePath::unstage(void* device, const void* host, size_t bytes) {
   return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
 }
 
-Status DevicePath::allreduce(Mode mode, const void* const* leaves, int nleaves, void* recv,
-                             size_t count, DataType type, ReduceOp op, int64_t totalLeaves,
-                             int device, const HostAllreduce& host) {
+Status DevicePath::allreduce(const AllreduceOptions& options, int device) {
   DETCOLL_RETURN_IF_ERROR(prepare(device));
   DeviceScope scope(device_);
   DETCOLL_RETURN_IF_ERROR(scope.status());
-  if (nccl_) {
-    return onStream([&](void* s) {
-      return deviceAllreduce(*nccl_, s, mode, leaves, nleaves, recv, count, type, op, totalLeaves);
-    });
-  }
-  const size_t bytes = count * dataTypeSize(type);
+  if (nccl_) return onStream([&](void* s) { return deviceAllreduce(*nccl_, s, options); });
+  const size_t bytes = options.count * dataTypeSize(options.type);
   std::vector<std::vector<char>> staged;
-  DETCOLL_RETURN_IF_ERROR(stage(leaves, nleaves, bytes, &staged));
+  DETCOLL_RETURN_IF_ERROR(stage(options.leaves, options.nleaves, bytes, &staged));
   std::vector<const void*> pointers;
   for (const auto& leaf : staged) pointers.push_back(leaf.data());
   std::vector<char> result(bytes);
-  DETCOLL_RETURN_IF_ERROR(host(pointers.data(), result.data()));
-  return unstage(recv, result.data(), bytes);
+  AllreduceOptions host = options;
+  host.leaves = pointers.data();
+  host.recv = result.data();
+  DETCOLL_RETURN_IF_ERROR(collective::allreduce(comm_, host));
+  return unstage(options.recv, result.data(), bytes);
 }
 
 Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
@@ -281,8 +278,7 @@ Status DevicePath::stage(const void* const*, int, size_t, std::vector<std::vecto
 Status DevicePath::unstage(void*, const void*, size_t) {
   return needsCuda();
 }
-Status DevicePath::allreduce(Mode, const void* const*, int, void*, size_t, DataType, ReduceOp,
-                             int64_t, int, const HostAllreduce&) {
+Status DevicePath::allreduce(const AllreduceOptions&, int) {
   return needsCuda();
 }
 Status DevicePath::broadcast(void*, size_t, int, int) {

@@ -19,18 +19,16 @@
 #include <memory>
 #include <vector>
 
+#include "collective/allreduce.h"
 #include "collective/transport/communicator.h"
 #include "common/env.h"
 
 namespace detcoll::collective {
 
-class DeviceTransport;
+class Exchange;
 
 class DevicePath {
  public:
-  // The CPU path on host copies of the buffers: leaves and recv are host memory.
-  using HostAllreduce = std::function<Status(const void* const* leaves, void* recv)>;
-
   DevicePath(Communicator& comm, GpuTransport transport);
   ~DevicePath();
   DevicePath(const DevicePath&) = delete;
@@ -39,10 +37,9 @@ class DevicePath {
   // The cudaStream_t of later calls; null: the library's own stream.
   void setStream(void* stream) { userStream_ = stream; }
 
-  // The same call on every rank; every buffer is memory of CUDA device `device`.
-  Status allreduce(Mode mode, const void* const* leaves, int nleaves, void* recv, size_t count,
-                   DataType type, ReduceOp op, int64_t totalLeaves, int device,
-                   const HostAllreduce& host);
+  // The same call on every rank; every buffer is memory of CUDA device `device`. Staged through
+  // host memory, it runs the CPU path (allreduce.h) on host copies of the leaves.
+  Status allreduce(const AllreduceOptions& options, int device);
   Status broadcast(void* data, size_t bytes, int root, int device);
   Status allgather(const void* send, void* recv, size_t bytes, int device);
 
@@ -73,7 +70,7 @@ class DevicePath {
   Communicator& comm_;
   GpuTransport transport_;
   bool prepared_ = false;
-  std::unique_ptr<DeviceTransport> nccl_;  // an NcclTransport once NCCL is in use
+  std::unique_ptr<Exchange> nccl_;  // an NcclTransport once NCCL is in use
   int device_ = -1;
   void* userStream_ = nullptr;
   void* libraryStream_ = nullptr;

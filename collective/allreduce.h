@@ -1,0 +1,252 @@
+#pragma once
+
+// The allreduce of every mode, written once over Kernels and an Exchange (pipeline.h): the one
+// place that switches on the mode (docs/design.md, "The determinism contract"). The CPU path runs
+// it through allreduce(Communicator&, ...) below, the GPU path through deviceAllreduce
+// (device_allreduce.h), the fusion engine on its fusion buffers; arguments are already agreed by
+// every rank (the call agreement, or the engine's negotiation).
+//
+//   native     the backend's own allreduce; average divides the sum afterwards
+//   ordered    the rank-order fold of every rank's contribution (kernels/fold.h): one leaf, or the
+//              rank's leaves folded in order first; average divides by the number of leaves
+//   invariant  the exact sum of every leaf, rounded once (kernels/fixed_point.h). When every rank
+//              holds one leaf, the leaves travel in the dtype and the owner of each shard reduces
+//              its P leaves exactly. Otherwise the buffer is reduced in chunks of one round
+//              (P * segmentBytes of int64), so that a chunk's leaves are still in cache when they
+//              are read the second time: 1. every element's key over every leaf (a stage of 1- or
+//              2-byte keys, max), 2. each rank's leaves encoded and summed to int64 (non-finite
+//              leaves as counts, kernels/codec.h), the P sums added exactly and rounded once by the
+//              owner. Min and max are order-independent: leaves are folded, then ranks.
+//
+// When every rank's leaves are already here (small calls: they travelled with the call
+// agreement), ordered and invariant reduce them locally, to the same bits.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collective/pipeline.h"
+#include "collective/transport/communicator.h"
+#include "collective/transport/exchange.h"
+#include "common/dtype.h"
+#include "common/status.h"
+#include "kernels/fixed_point.h"
+
+namespace detcoll::collective {
+
+enum class InvariantTransport {
+  kAuto,       // leaves when every rank holds one leaf, else encodings
+  kLeaves,     // requires one leaf on every rank (totalLeaves == world size)
+  kEncodings,  // any spread
+};
+
+// Every rank's leaves, in rank order, held by this rank.
+struct Gathered {
+  std::vector<const void*> leaves;
+  std::vector<int> counts;  // leaves of each rank
+};
+
+struct AllreduceOptions {
+  Mode mode = Mode::kOrdered;
+  const void* const* leaves = nullptr;  // this rank's nleaves >= 1 buffers of count elements
+  int nleaves = 1;
+  void* recv = nullptr;  // may equal a leaf (in place)
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  // Leaves over every rank, the divisor of average (at most kernels::kMaxLeaves in invariant
+  // mode); 0: one per rank.
+  int64_t totalLeaves = 0;
+  size_t segmentBytes = 1 << 20;  // input bytes of a shard per round (pipeline.h)
+  InvariantTransport invariantTransport = InvariantTransport::kAuto;
+  const Gathered* gathered = nullptr;  // every rank's leaves, when they are here
+};
+
+// The CPU path: host buffers, the CPU's kernels, over the communicator.
+Status allreduce(Communicator& comm, const AllreduceOptions& options);
+
+namespace modes {
+
+// Whether every leaf is 16-byte aligned from element `begin` on.
+inline bool leavesAligned(const AllreduceOptions& o, size_t begin) {
+  const size_t offset = begin * dataTypeSize(o.type);
+  for (int l = 0; l < o.nleaves; ++l) {
+    if (!kernels::aligned16({static_cast<const char*>(o.leaves[l]) + offset})) return false;
+  }
+  return true;
+}
+
+// The contribution of a rank holding `n` leaves in ordered and native mode: its one leaf, or its
+// leaves folded in order (summed for average) into scratch.
+template <typename Kernels>
+const void* contribution(Kernels& k, const void* const* leaves, int n, const AllreduceOptions& o) {
+  if (n == 1) return leaves[0];
+  void* folded = k.template alloc<char>(static_cast<int64_t>(o.count * dataTypeSize(o.type)));
+  bool aligned = kernels::aligned16({folded});
+  for (int l = 0; l < n; ++l) aligned = aligned && kernels::aligned16({leaves[l]});
+  k.fold(folded, k.table(leaves, n), n, static_cast<int64_t>(o.count), o.type,
+         o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op, 1, aligned);
+  return folded;
+}
+
+template <typename Kernels>
+Status native(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+  const bool average = o.op == ReduceOp::kAverage;
+  const void* send = contribution(k, o.leaves, o.nleaves, o);
+  DETCOLL_RETURN_IF_ERROR(x.agree(k.status()));  // the folded contribution's scratch
+  DETCOLL_RETURN_IF_ERROR(x.nativeAllreduce(send, o.recv, o.count, o.type,
+                                            average ? ReduceOp::kSum : o.op, k.stream()));
+  if (average) {
+    const void* sum[1] = {o.recv};
+    k.fold(o.recv, k.table(sum, 1), 1, static_cast<int64_t>(o.count), o.type, ReduceOp::kAverage,
+           total, kernels::aligned16({o.recv}));
+  }
+  return k.status();
+}
+
+template <typename Kernels>
+Status ordered(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+  const int p = x.size();
+  if (o.gathered != nullptr) {
+    // Every rank's contribution, folded in rank order here.
+    std::vector<const void*> contributions(p);
+    size_t first = 0;
+    for (int j = 0; j < p; ++j) {
+      contributions[j] =
+          contribution(k, o.gathered->leaves.data() + first, o.gathered->counts[j], o);
+      first += o.gathered->counts[j];
+    }
+    k.fold(o.recv, k.table(contributions.data(), p), p, static_cast<int64_t>(o.count), o.type, o.op,
+           total, false);
+    return k.status();
+  }
+  Stage s;
+  s.count = o.count;
+  s.inBytes = s.outBytes = dataTypeSize(o.type);
+  s.input = contribution(k, o.leaves, o.nleaves, o);
+  s.output = o.recv;
+  s.segmentBytes = o.segmentBytes;
+  s.fold = [&](void* out, const Pieces& pieces, size_t, size_t n, bool vectorized) {
+    k.fold(out, pieces, p, static_cast<int64_t>(n), o.type, o.op, total, vectorized);
+  };
+  return runStage(k, x, s);
+}
+
+// Pieces in the dtype: one leaf on every rank, reduced exactly by the owner, or min/max (each
+// rank's leaves folded first).
+template <typename Kernels>
+Status invariantLeaves(Kernels& k, Exchange& x, const AllreduceOptions& o) {
+  const int p = x.size();
+  const size_t es = dataTypeSize(o.type);
+  const Pieces leaves = k.table(o.leaves, o.nleaves);
+  Stage s;
+  s.count = o.count;
+  s.inBytes = s.outBytes = es;
+  s.output = o.recv;
+  s.segmentBytes = o.segmentBytes;
+  if (o.nleaves == 1) {
+    s.input = o.leaves[0];
+  } else {
+    s.encode = [&](size_t begin, size_t n, void* dst) {
+      k.fold(dst, leaves.advanced(begin * es), o.nleaves, static_cast<int64_t>(n), o.type, o.op, 1,
+             leavesAligned(o, begin) && kernels::aligned16({dst}));
+    };
+  }
+  s.fold = [&](void* out, const Pieces& pieces, size_t, size_t n, bool vectorized) {
+    k.invariantLocal(out, pieces, p, static_cast<int64_t>(n), o.type, o.op, vectorized);
+  };
+  return runStage(k, x, s);
+}
+
+// Keys, then int64 sums, chunk by chunk.
+template <typename Kernels>
+Status invariantEncodings(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+  const int p = x.size();
+  const size_t es = dataTypeSize(o.type);
+  const size_t kb = kernels::exponentKeyBytes(o.type);
+  const Pieces leaves = k.table(o.leaves, o.nleaves);
+  const size_t chunk = std::max<size_t>(1, o.segmentBytes / sizeof(int64_t)) * p;
+  char* keys = kb > 0 ? k.template alloc<char>(static_cast<int64_t>(std::min(chunk, o.count) * kb))
+                      : nullptr;
+  for (size_t begin = 0; begin < o.count; begin += chunk) {
+    const size_t n = std::min(chunk, o.count - begin);
+    const Pieces at = leaves.advanced(begin * es);
+    // 1. Every element's key, on every rank.
+    if (kb > 0) {
+      k.localKeys(keys, at, o.nleaves, static_cast<int64_t>(n), o.type, leavesAligned(o, begin));
+      Stage keyStage;
+      keyStage.count = n;
+      keyStage.inBytes = keyStage.outBytes = kb;
+      keyStage.input = keyStage.output = keys;
+      keyStage.segmentBytes = std::max<size_t>(kb, o.segmentBytes * kb / sizeof(int64_t));
+      keyStage.fold = [&](void* out, const Pieces& pieces, size_t, size_t m, bool) {
+        k.foldKeys(out, pieces, p, static_cast<int64_t>(m), o.type);
+      };
+      DETCOLL_RETURN_IF_ERROR(runStage(k, x, keyStage));
+    }
+    // 2. Exact int64 sums, rounded once by the owner of each shard.
+    Stage s;
+    s.count = n;
+    s.inBytes = sizeof(int64_t);
+    s.outBytes = es;
+    s.output = static_cast<char*>(o.recv) + begin * es;
+    s.segmentBytes = o.segmentBytes;
+    s.encode = [&](size_t b, size_t m, void* dst) {
+      k.encode(static_cast<int64_t*>(dst), at.advanced(b * es), o.nleaves, keys + b * kb,
+               static_cast<int64_t>(m), o.type, leavesAligned(o, begin + b));
+    };
+    s.fold = [&](void* out, const Pieces& pieces, size_t b, size_t m, bool) {
+      // The int64 pieces are read element by element; only the output is stored as vectors.
+      k.decode(out, pieces, p, keys + b * kb, static_cast<int64_t>(m), o.type, o.op, total,
+               kernels::aligned16({out}));
+    };
+    DETCOLL_RETURN_IF_ERROR(runStage(k, x, s));
+  }
+  return k.status();
+}
+
+template <typename Kernels>
+Status invariant(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+  if (o.gathered != nullptr) {
+    // Every leaf of every rank, reduced here.
+    k.invariantLocal(o.recv, k.table(o.gathered->leaves.data(), static_cast<int>(total)),
+                     static_cast<int>(total), static_cast<int64_t>(o.count), o.type, o.op, false);
+    return k.status();
+  }
+  // Each rank holds at least one leaf, so every rank holds exactly one when the total is P.
+  const bool oneLeafEach = total == x.size();
+  InvariantTransport transport = o.invariantTransport;
+  if (transport == InvariantTransport::kAuto) {
+    transport = oneLeafEach ? InvariantTransport::kLeaves : InvariantTransport::kEncodings;
+  }
+  if (transport == InvariantTransport::kLeaves && !oneLeafEach) {
+    return Status::internal("the invariant leaf transport needs one leaf on every rank, not " +
+                            std::to_string(total) + " leaves over " + std::to_string(x.size()) +
+                            " ranks");
+  }
+  const bool pick = o.op == ReduceOp::kMin || o.op == ReduceOp::kMax;
+  if (transport == InvariantTransport::kLeaves || pick) return invariantLeaves(k, x, o);
+  return invariantEncodings(k, x, o, total);
+}
+
+}  // namespace modes
+
+// The allreduce of o.mode over this rank's leaves, with these kernels over this exchange.
+template <typename Kernels>
+Status allreduceWith(Kernels& k, Exchange& x, const AllreduceOptions& o) {
+  if (o.count == 0) return Status::ok();
+  const int64_t total = o.totalLeaves > 0 ? o.totalLeaves : x.size();
+  switch (o.mode) {
+    case Mode::kNative:
+      return modes::native(k, x, o, total);
+    case Mode::kOrdered:
+      return modes::ordered(k, x, o, total);
+    case Mode::kInvariant:
+      return modes::invariant(k, x, o, total);
+  }
+  return Status::internal("unknown mode " + std::to_string(static_cast<int>(o.mode)));
+}
+
+}  // namespace detcoll::collective

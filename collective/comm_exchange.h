@@ -1,0 +1,27 @@
+#pragma once
+
+// The schedule's transport over a host Communicator: a group is its isend/irecv transfers,
+// completed by waiting for them; native mode is the backend's own allreduce, or the ring where it
+// has none (collective/ring_allreduce.h).
+
+#include "collective/transport/communicator.h"
+#include "collective/transport/exchange.h"
+
+namespace detcoll::collective {
+
+class CommExchange : public Exchange {
+ public:
+  explicit CommExchange(Communicator& comm) : comm_(comm) {}
+
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  Status post(ExchangeGroup& group, void* stream) override;
+  Status complete(ExchangeGroup& group) override;
+  Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         void* stream) override;
+
+ private:
+  Communicator& comm_;
+};
+
+}  // namespace detcoll::collective
