@@ -15,6 +15,7 @@
 #include "collective/allreduce.h"
 #include "collective/call_agreement.h"
 #include "collective/device_path.h"
+#include "collective/settings.h"
 #include "collective/transport/communicator.h"
 
 namespace detcoll::collective {

@@ -21,7 +21,7 @@
 
 #include "collective/allreduce.h"
 #include "collective/transport/communicator.h"
-#include "common/env.h"
+#include "collective/settings.h"
 
 namespace detcoll::collective {
 

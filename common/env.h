@@ -1,45 +1,45 @@
 #pragma once
 
+// The process environment as the layers read their settings from it: each layer parses its own
+// variables, beside its code (collective/settings.h, fusion/settings.h, kernels/rng/settings.h,
+// the log level in common/logging.h), strictly, once, at init (bindings/c/config.h puts them
+// together). An invalid value is an error that names the variable and the value; an empty value
+// counts as unset.
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
-#include "common/logging.h"
 #include "common/status.h"
 
 namespace detcoll {
-
-// How collectives on CUDA device memory travel: NCCL when it is built and a device is there (auto),
-// NCCL only (nccl: an error where it cannot be used), or staged through host memory onto the
-// MPI path (mpi).
-enum class GpuTransport : int { kAuto = 0, kNccl = 1, kMpi = 2 };
-
-// Every DETCOLL_* setting, parsed once at init. An invalid value is an error that names the
-// variable and the value. An empty value counts as unset.
-struct Config {
-  Mode mode = Mode::kOrdered;                       // DETCOLL_DETERMINISM
-  uint64_t fusionThresholdBytes = 64ull << 20;      // DETCOLL_FUSION_THRESHOLD (bytes)
-  double cycleTimeMs = 1.0;                         // DETCOLL_CYCLE_TIME (milliseconds)
-  LogLevel logLevel = LogLevel::kWarn;              // DETCOLL_LOG_LEVEL
-  std::string timelinePath;                         // DETCOLL_TIMELINE (file; empty: off)
-  double stallCheckSeconds = 60.0;                  // DETCOLL_STALL_CHECK_SECONDS (0: off)
-  double stallShutdownSeconds = 600.0;              // DETCOLL_STALL_SHUTDOWN_SECONDS (0: never)
-  GpuTransport gpuTransport = GpuTransport::kAuto;  // DETCOLL_GPU_TRANSPORT
-  bool seedSet = false;                             // DETCOLL_SEED given
-  uint64_t seed = 0;                                // DETCOLL_SEED: the root seed of every rank
-  // "NAME=value" for every variable that was set, for the INFO log at init.
-  std::vector<std::string> setVariables;
-};
 
 // Returns the value of a variable or nullptr; std::getenv in production, a map in tests.
 using EnvLookup = std::function<const char*(const char*)>;
 EnvLookup processEnvironment();
 
-Status loadConfig(const EnvLookup& lookup, Config* config);
+class Environment {
+ public:
+  explicit Environment(EnvLookup lookup) : lookup_(std::move(lookup)) {}
 
-// Strict parsers, exposed for tests. `name` is used in the error text.
+  // The value of `name`, or of `fallback` (Horovod's variable of the same meaning, or null) when
+  // `name` is unset, or null; *used is then the variable the value came from. Every value read is
+  // recorded.
+  const char* get(const char* name, const char* fallback, const char** used);
+
+  // "NAME=value" for every variable read that was set, for the INFO log at init.
+  const std::vector<std::string>& setVariables() const { return set_; }
+
+ private:
+  EnvLookup lookup_;
+  std::vector<std::string> set_;
+};
+
+// "invalid value 'text' for NAME: expected ...".
+Status invalidValue(const char* name, const std::string& text, const std::string& expected);
+
+// Strict parsers; `name` is used in the error text, and a rejected value is not stored.
 Status parseUnsignedValue(const char* name, const std::string& text, uint64_t* value);
 Status parseNonNegativeNumber(const char* name, const std::string& text, double* value);
 

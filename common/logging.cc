@@ -34,6 +34,18 @@ bool parseLogLevel(const std::string& text, LogLevel* level) {
   return false;
 }
 
+Status loadLogLevel(Environment& env, LogLevel* level) {
+  LogLevel result = LogLevel::kWarn;
+  const char* used = nullptr;
+  if (const char* v = env.get("DETCOLL_LOG_LEVEL", nullptr, &used)) {
+    if (!parseLogLevel(v, &result)) {
+      return invalidValue(used, v, "NONE, ERROR, WARN, INFO, DEBUG or TRACE");
+    }
+  }
+  *level = result;
+  return Status::ok();
+}
+
 const char* logLevelName(LogLevel level) {
   switch (level) {
     case LogLevel::kNone:

@@ -3,12 +3,17 @@
 #include <sstream>
 #include <string>
 
+#include "common/env.h"
+#include "common/status.h"
+
 namespace detcoll {
 
 enum class LogLevel : int { kNone = 0, kError = 1, kWarn = 2, kInfo = 3, kDebug = 4, kTrace = 5 };
 
 // Case-insensitive NONE, ERROR, WARN, INFO, DEBUG, TRACE.
 bool parseLogLevel(const std::string& text, LogLevel* level);
+// DETCOLL_LOG_LEVEL (WARN when unset).
+Status loadLogLevel(Environment& env, LogLevel* level);
 const char* logLevelName(LogLevel level);
 
 void setLogLevel(LogLevel level);

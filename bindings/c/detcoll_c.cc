@@ -124,29 +124,22 @@ namespace {
 
 Mode currentMode() {
   if (g_modeOverride) return *g_modeOverride;
-  return g_runtime ? g_runtime->config.mode : Mode::kOrdered;
+  return g_runtime ? g_runtime->config.collective.mode : Mode::kOrdered;
 }
 
 // DETCOLL_GPU_TRANSPORT, the same on every rank (a rank staging through host memory while another
 // runs NCCL would wait forever); nccl in a build without NCCL fails init on every rank.
 Status agreeOnGpuTransport(Runtime& runtime) {
-  const GpuTransport transport = runtime.config.gpuTransport;
+  const collective::GpuTransport transport = runtime.config.collective.gpuTransport;
   Status local = Status::ok();
-  if (transport == GpuTransport::kNccl && !DETCOLL_WITH_NCCL) {
+  if (transport == collective::GpuTransport::kNccl && !DETCOLL_WITH_NCCL) {
     local = Status::invalidArgument("DETCOLL_GPU_TRANSPORT is nccl, but this build has no NCCL");
   }
   collective::AgreedValue mine;
   mine.present = true;
   mine.words[0] = static_cast<uint64_t>(transport);
   auto name = [](const collective::AgreedValue& v) -> std::string {
-    switch (static_cast<GpuTransport>(v.words[0])) {
-      case GpuTransport::kNccl:
-        return "nccl";
-      case GpuTransport::kMpi:
-        return "mpi";
-      default:
-        return "auto";
-    }
+    return collective::gpuTransportName(static_cast<collective::GpuTransport>(v.words[0]));
   };
   return runtime.collectives->agreeOnValue("init", "DETCOLL_GPU_TRANSPORT", local, mine, name);
 }
@@ -177,8 +170,8 @@ Status initialize() {
   Status local = loadConfig(processEnvironment(), &runtime->config);
   if (local.isOk()) setLogLevel(runtime->config.logLevel);
   runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
-  runtime->collectives->setGpuTransport(runtime->config.gpuTransport);
-  const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.mode;
+  runtime->collectives->setGpuTransport(runtime->config.collective.gpuTransport);
+  const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.collective.mode;
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
   DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(*runtime));
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
@@ -197,13 +190,8 @@ Status initialize() {
   if (lowest >= MPI_THREAD_MULTIPLE) {
     DETCOLL_RETURN_IF_ERROR(
         collective::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->engineComm));
-    fusion::EngineOptions options;
-    options.fusionThresholdBytes = runtime->config.fusionThresholdBytes;
-    options.cycleTimeMs = runtime->config.cycleTimeMs;
-    options.stallWarningSeconds = runtime->config.stallCheckSeconds;
-    options.stallShutdownSeconds = runtime->config.stallShutdownSeconds;
-    options.timelinePath = runtime->config.timelinePath;
-    runtime->engine = std::make_unique<fusion::Engine>(*runtime->engineComm, options);
+    runtime->engine =
+        std::make_unique<fusion::Engine>(*runtime->engineComm, runtime->config.engine);
     // A timeline that cannot be written fails init on every rank (the engines still start, so
     // that they can stop together).
     Status started = runtime->engine->start();

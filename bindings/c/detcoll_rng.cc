@@ -99,12 +99,12 @@ detcoll_status_t withState(const char* call, Body body) {
 
 Status initializeRandomState(Runtime& runtime) {
   collective::AgreedValue mine;
-  mine.present = runtime.config.seedSet;
-  mine.words[0] = runtime.config.seed;
+  mine.present = runtime.config.seed.has_value();
+  mine.words[0] = runtime.config.seed.value_or(0);
   DETCOLL_RETURN_IF_ERROR(runtime.collectives->agreeOnValue("seed agreement", "DETCOLL_SEED",
                                                             Status::ok(), mine, seedText));
-  uint64_t seed = runtime.config.seed;
-  if (!runtime.config.seedSet) {
+  uint64_t seed = runtime.config.seed.value_or(0);
+  if (!runtime.config.seed) {
     // Rank 0 draws; a failure to draw fails init on every rank.
     const Status drawn = runtime.comm->rank() == 0 ? drawSeed(&seed) : Status::ok();
     DETCOLL_RETURN_IF_ERROR(

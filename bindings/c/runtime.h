@@ -10,10 +10,10 @@
 #include <shared_mutex>
 #include <string>
 
+#include "bindings/c/config.h"
 #include "bindings/c/detcoll.h"
 #include "collective/collectives.h"
 #include "collective/transport/mpi_communicator.h"
-#include "common/env.h"
 #include "common/status.h"
 #include "fusion/engine.h"
 #include "kernels/rng/seed_state.h"

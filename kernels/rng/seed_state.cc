@@ -142,4 +142,16 @@ bool operator==(const SeedState& a, const SeedState& b) {
   return a.seed() == b.seed() && a.counters() == b.counters();
 }
 
+Status loadRootSeed(Environment& env, std::optional<uint64_t>* seed) {
+  const char* used = nullptr;
+  if (const char* v = env.get("DETCOLL_SEED", nullptr, &used)) {
+    uint64_t value = 0;
+    DETCOLL_RETURN_IF_ERROR(parseUnsignedValue(used, v, &value));
+    *seed = value;
+  } else {
+    seed->reset();
+  }
+  return Status::ok();
+}
+
 }  // namespace detcoll::kernels::rng

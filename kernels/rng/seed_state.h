@@ -11,8 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
+#include "common/env.h"
 #include "common/status.h"
 #include "kernels/rng/key.h"
 
@@ -48,5 +50,9 @@ class SeedState {
 };
 
 bool operator==(const SeedState& a, const SeedState& b);
+
+// DETCOLL_SEED, the root seed of every rank (the same on every rank; unset: rank 0 draws one at
+// init): a non-negative integer below 2^64. *seed stays empty when it is unset.
+Status loadRootSeed(Environment& env, std::optional<uint64_t>* seed);
 
 }  // namespace detcoll::kernels::rng

@@ -1,6 +1,7 @@
-// common/env.h: strict parsing of the DETCOLL_* environment, through a map-backed lookup.
+// Strict parsing of the DETCOLL_* environment (common/env.h, each layer's loader, and
+// bindings/c/config.h putting them together), through a map-backed lookup.
 
-#include "common/env.h"
+#include "bindings/c/config.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,9 @@
 
 namespace detcoll {
 namespace {
+
+using capi::Config;
+using capi::loadConfig;
 
 class FakeEnvironment {
  public:
@@ -56,17 +60,17 @@ Config loadOk(std::initializer_list<std::pair<const std::string, std::string>> v
 
 TEST(EnvTest, DefaultsWhenNothingIsSet) {
   Config config;
-  config.fusionThresholdBytes = 1;
-  config.cycleTimeMs = 99;
+  config.engine.fusionThresholdBytes = 1;
+  config.engine.cycleTimeMs = 99;
   config.setVariables = {"stale"};
   ASSERT_TRUE(load({}, &config).isOk());
-  EXPECT_EQ(config.mode, Mode::kOrdered);
-  EXPECT_EQ(config.fusionThresholdBytes, 64ull << 20);
-  EXPECT_EQ(config.cycleTimeMs, 1.0);
+  EXPECT_EQ(config.collective.mode, Mode::kOrdered);
+  EXPECT_EQ(config.engine.fusionThresholdBytes, 64ull << 20);
+  EXPECT_EQ(config.engine.cycleTimeMs, 1.0);
   EXPECT_EQ(config.logLevel, LogLevel::kWarn);
-  EXPECT_EQ(config.timelinePath, "");
-  EXPECT_EQ(config.stallCheckSeconds, 60.0);
-  EXPECT_EQ(config.stallShutdownSeconds, 600.0);
+  EXPECT_EQ(config.engine.timelinePath, "");
+  EXPECT_EQ(config.engine.stallWarningSeconds, 60.0);
+  EXPECT_EQ(config.engine.stallShutdownSeconds, 600.0);
   EXPECT_TRUE(config.setVariables.empty());
 }
 
@@ -80,29 +84,34 @@ TEST(EnvTest, ProcessEnvironmentReadsGetenv) {
 }
 
 TEST(EnvTest, DeterminismValues) {
-  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "native"}}).mode, Mode::kNative);
-  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "ordered"}}).mode, Mode::kOrdered);
-  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "invariant"}}).mode, Mode::kInvariant);
+  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "native"}}).collective.mode, Mode::kNative);
+  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "ordered"}}).collective.mode, Mode::kOrdered);
+  EXPECT_EQ(loadOk({{"DETCOLL_DETERMINISM", "invariant"}}).collective.mode, Mode::kInvariant);
   for (const char* bad : {"fast", "ordered ", " ordered", "1", "orderedx", "nativ"}) {
     expectRejected("DETCOLL_DETERMINISM", bad);
   }
 }
 
 TEST(EnvTest, GpuTransportValues) {
-  EXPECT_EQ(loadOk({}).gpuTransport, GpuTransport::kAuto);
-  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "auto"}}).gpuTransport, GpuTransport::kAuto);
-  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "nccl"}}).gpuTransport, GpuTransport::kNccl);
-  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "mpi"}}).gpuTransport, GpuTransport::kMpi);
+  EXPECT_EQ(loadOk({}).collective.gpuTransport, collective::GpuTransport::kAuto);
+  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "auto"}}).collective.gpuTransport,
+            collective::GpuTransport::kAuto);
+  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "nccl"}}).collective.gpuTransport,
+            collective::GpuTransport::kNccl);
+  EXPECT_EQ(loadOk({{"DETCOLL_GPU_TRANSPORT", "mpi"}}).collective.gpuTransport,
+            collective::GpuTransport::kMpi);
   for (const char* bad : {"NCCL", "gloo", "nccl ", "host", "0"}) {
     expectRejected("DETCOLL_GPU_TRANSPORT", bad);
   }
 }
 
 TEST(EnvTest, FusionThresholdValues) {
-  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "0"}}).fusionThresholdBytes, 0u);
-  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "1048576"}}).fusionThresholdBytes, 1048576u);
-  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "18446744073709551615"}}).fusionThresholdBytes,
-            18446744073709551615ull);
+  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "0"}}).engine.fusionThresholdBytes, 0u);
+  EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "1048576"}}).engine.fusionThresholdBytes,
+            1048576u);
+  EXPECT_EQ(
+      loadOk({{"DETCOLL_FUSION_THRESHOLD", "18446744073709551615"}}).engine.fusionThresholdBytes,
+      18446744073709551615ull);
   for (const char* bad : {"-1", "1e3", " 5", "5 ", "64MB", "0x10", "+5", "1.5", "abc",
                           "18446744073709551616", "99999999999999999999999"}) {
     expectRejected("DETCOLL_FUSION_THRESHOLD", bad);
@@ -110,9 +119,9 @@ TEST(EnvTest, FusionThresholdValues) {
 }
 
 TEST(EnvTest, CycleTimeValues) {
-  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "0"}}).cycleTimeMs, 0.0);
-  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "2.5"}}).cycleTimeMs, 2.5);
-  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "10"}}).cycleTimeMs, 10.0);
+  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "0"}}).engine.cycleTimeMs, 0.0);
+  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "2.5"}}).engine.cycleTimeMs, 2.5);
+  EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "10"}}).engine.cycleTimeMs, 10.0);
   for (const char* bad : {"-5", "-0.5", "fast", "5ms", " 1", "1 ", "nan", "inf", "1e999", "."}) {
     expectRejected("DETCOLL_CYCLE_TIME", bad);
   }
@@ -137,13 +146,13 @@ TEST(EnvTest, LogLevelValuesAreCaseInsensitive) {
 }
 
 TEST(EnvTest, TimelineAndStallCheckValues) {
-  EXPECT_EQ(loadOk({{"DETCOLL_TIMELINE", "/tmp/timeline.json"}}).timelinePath,
+  EXPECT_EQ(loadOk({{"DETCOLL_TIMELINE", "/tmp/timeline.json"}}).engine.timelinePath,
             "/tmp/timeline.json");
-  EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "0"}}).stallCheckSeconds, 0.0);
-  EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "12.5"}}).stallCheckSeconds, 12.5);
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "0"}}).engine.stallWarningSeconds, 0.0);
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_CHECK_SECONDS", "12.5"}}).engine.stallWarningSeconds, 12.5);
   for (const char* bad : {"-1", "soon", "60s"}) expectRejected("DETCOLL_STALL_CHECK_SECONDS", bad);
-  EXPECT_EQ(loadOk({{"DETCOLL_STALL_SHUTDOWN_SECONDS", "0"}}).stallShutdownSeconds, 0.0);
-  EXPECT_EQ(loadOk({{"DETCOLL_STALL_SHUTDOWN_SECONDS", "2.5"}}).stallShutdownSeconds, 2.5);
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_SHUTDOWN_SECONDS", "0"}}).engine.stallShutdownSeconds, 0.0);
+  EXPECT_EQ(loadOk({{"DETCOLL_STALL_SHUTDOWN_SECONDS", "2.5"}}).engine.stallShutdownSeconds, 2.5);
   for (const char* bad : {"-3", "never", "1e"}) {
     expectRejected("DETCOLL_STALL_SHUTDOWN_SECONDS", bad);
   }
@@ -151,8 +160,8 @@ TEST(EnvTest, TimelineAndStallCheckValues) {
 
 TEST(EnvTest, HorovodVariablesAreUsedWhenOursAreUnset) {
   const Config config = loadOk({{"HOROVOD_FUSION_THRESHOLD", "0"}, {"HOROVOD_CYCLE_TIME", "3.5"}});
-  EXPECT_EQ(config.fusionThresholdBytes, 0u);
-  EXPECT_EQ(config.cycleTimeMs, 3.5);
+  EXPECT_EQ(config.engine.fusionThresholdBytes, 0u);
+  EXPECT_EQ(config.engine.cycleTimeMs, 3.5);
   EXPECT_NE(std::find(config.setVariables.begin(), config.setVariables.end(),
                       "HOROVOD_FUSION_THRESHOLD=0"),
             config.setVariables.end());
@@ -169,15 +178,15 @@ TEST(EnvTest, HorovodVariablesAreIgnoredWhenOursAreSet) {
                                 {"HOROVOD_FUSION_THRESHOLD", "0"},
                                 {"DETCOLL_CYCLE_TIME", "2"},
                                 {"HOROVOD_CYCLE_TIME", "7"}});
-  EXPECT_EQ(config.fusionThresholdBytes, 4096u);
-  EXPECT_EQ(config.cycleTimeMs, 2.0);
+  EXPECT_EQ(config.engine.fusionThresholdBytes, 4096u);
+  EXPECT_EQ(config.engine.cycleTimeMs, 2.0);
   // Even an invalid Horovod value does not matter once ours is set.
   const Config ignored = loadOk({{"DETCOLL_FUSION_THRESHOLD", "4096"},
                                  {"HOROVOD_FUSION_THRESHOLD", "garbage"},
                                  {"DETCOLL_CYCLE_TIME", "2"},
                                  {"HOROVOD_CYCLE_TIME", "-1"}});
-  EXPECT_EQ(ignored.fusionThresholdBytes, 4096u);
-  EXPECT_EQ(ignored.cycleTimeMs, 2.0);
+  EXPECT_EQ(ignored.engine.fusionThresholdBytes, 4096u);
+  EXPECT_EQ(ignored.engine.cycleTimeMs, 2.0);
   EXPECT_EQ(std::count_if(ignored.setVariables.begin(), ignored.setVariables.end(),
                           [](const std::string& s) { return s.rfind("HOROVOD_", 0) == 0; }),
             0);
@@ -193,20 +202,20 @@ TEST(EnvTest, EmptyValueCountsAsUnset) {
                                 {"DETCOLL_LOG_LEVEL", ""},
                                 {"DETCOLL_TIMELINE", ""},
                                 {"DETCOLL_STALL_CHECK_SECONDS", ""}});
-  EXPECT_EQ(config.mode, Mode::kOrdered);
-  EXPECT_EQ(config.fusionThresholdBytes, 64ull << 20);
-  EXPECT_EQ(config.cycleTimeMs, 1.0);
+  EXPECT_EQ(config.collective.mode, Mode::kOrdered);
+  EXPECT_EQ(config.engine.fusionThresholdBytes, 64ull << 20);
+  EXPECT_EQ(config.engine.cycleTimeMs, 1.0);
   EXPECT_EQ(config.logLevel, LogLevel::kWarn);
-  EXPECT_EQ(config.timelinePath, "");
-  EXPECT_EQ(config.stallCheckSeconds, 60.0);
+  EXPECT_EQ(config.engine.timelinePath, "");
+  EXPECT_EQ(config.engine.stallWarningSeconds, 60.0);
   EXPECT_TRUE(config.setVariables.empty());
   // An empty DETCOLL value falls through to the Horovod one.
   const Config fallback = loadOk({{"DETCOLL_FUSION_THRESHOLD", ""},
                                   {"HOROVOD_FUSION_THRESHOLD", "123"},
                                   {"DETCOLL_CYCLE_TIME", ""},
                                   {"HOROVOD_CYCLE_TIME", "4"}});
-  EXPECT_EQ(fallback.fusionThresholdBytes, 123u);
-  EXPECT_EQ(fallback.cycleTimeMs, 4.0);
+  EXPECT_EQ(fallback.engine.fusionThresholdBytes, 123u);
+  EXPECT_EQ(fallback.engine.cycleTimeMs, 4.0);
 }
 
 TEST(EnvTest, SetVariablesListsWhatWasSet) {
@@ -257,12 +266,12 @@ TEST(EnvTest, ParseNonNegativeNumberIsStrict) {
 
 TEST(EnvTest, FirstInvalidVariableLeavesConfigUntouched) {
   Config config;
-  config.fusionThresholdBytes = 5;
+  config.engine.fusionThresholdBytes = 5;
   const Status status =
       load({{"DETCOLL_FUSION_THRESHOLD", "1024"}, {"DETCOLL_LOG_LEVEL", "loud"}}, &config);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("DETCOLL_LOG_LEVEL"), std::string::npos) << status.message();
-  EXPECT_EQ(config.fusionThresholdBytes, 5u);
+  EXPECT_EQ(config.engine.fusionThresholdBytes, 5u);
 }
 
 }  // namespace

@@ -1,0 +1,33 @@
+#pragma once
+
+// Every setting of a process, read once at detcoll_init by the layers' own loaders (common/env.h):
+// the collective layer's (collective/settings.h), the fusion engine's (fusion/settings.h), the
+// root seed's (kernels/rng/seed_state.h) and the log level (common/logging.h). Not installed.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collective/settings.h"
+#include "common/env.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "fusion/engine.h"
+
+namespace detcoll::capi {
+
+struct Config {
+  collective::Settings collective;  // DETCOLL_DETERMINISM, DETCOLL_GPU_TRANSPORT
+  fusion::EngineOptions engine;     // the fusion engine's variables
+  LogLevel logLevel = LogLevel::kWarn;
+  std::optional<uint64_t> seed;  // DETCOLL_SEED
+  // "NAME=value" for every variable that was set, for the INFO log at init.
+  std::vector<std::string> setVariables;
+};
+
+// Every layer's settings from `lookup`; the first invalid value is the error, and *config is
+// then untouched.
+Status loadConfig(const EnvLookup& lookup, Config* config);
+
+}  // namespace detcoll::capi

@@ -1,0 +1,37 @@
+#include "collective/settings.h"
+
+namespace detcoll::collective {
+
+const char* gpuTransportName(GpuTransport transport) {
+  switch (transport) {
+    case GpuTransport::kNccl:
+      return "nccl";
+    case GpuTransport::kMpi:
+      return "mpi";
+    case GpuTransport::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+Status loadSettings(Environment& env, Settings* settings) {
+  Settings result;
+  const char* used = nullptr;
+  if (const char* v = env.get("DETCOLL_DETERMINISM", nullptr, &used)) {
+    if (!parseMode(v, &result.mode)) return invalidValue(used, v, "native, ordered or invariant");
+  }
+  if (const char* v = env.get("DETCOLL_GPU_TRANSPORT", nullptr, &used)) {
+    bool known = false;
+    for (GpuTransport t : {GpuTransport::kAuto, GpuTransport::kNccl, GpuTransport::kMpi}) {
+      if (std::string(v) == gpuTransportName(t)) {
+        result.gpuTransport = t;
+        known = true;
+      }
+    }
+    if (!known) return invalidValue(used, v, "auto, nccl or mpi");
+  }
+  *settings = result;
+  return Status::ok();
+}
+
+}  // namespace detcoll::collective

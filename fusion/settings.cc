@@ -1,0 +1,27 @@
+#include "fusion/settings.h"
+
+namespace detcoll::fusion {
+
+Status loadEngineSettings(Environment& env, EngineOptions* options) {
+  EngineOptions result = *options;
+  const char* used = nullptr;
+  if (const char* v = env.get("DETCOLL_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", &used)) {
+    uint64_t bytes = 0;
+    DETCOLL_RETURN_IF_ERROR(parseUnsignedValue(used, v, &bytes));
+    result.fusionThresholdBytes = bytes;
+  }
+  if (const char* v = env.get("DETCOLL_CYCLE_TIME", "HOROVOD_CYCLE_TIME", &used)) {
+    DETCOLL_RETURN_IF_ERROR(parseNonNegativeNumber(used, v, &result.cycleTimeMs));
+  }
+  if (const char* v = env.get("DETCOLL_TIMELINE", nullptr, &used)) result.timelinePath = v;
+  if (const char* v = env.get("DETCOLL_STALL_CHECK_SECONDS", nullptr, &used)) {
+    DETCOLL_RETURN_IF_ERROR(parseNonNegativeNumber(used, v, &result.stallWarningSeconds));
+  }
+  if (const char* v = env.get("DETCOLL_STALL_SHUTDOWN_SECONDS", nullptr, &used)) {
+    DETCOLL_RETURN_IF_ERROR(parseNonNegativeNumber(used, v, &result.stallShutdownSeconds));
+  }
+  *options = std::move(result);
+  return Status::ok();
+}
+
+}  // namespace detcoll::fusion
