@@ -74,7 +74,8 @@ Status verdict(const std::vector<Status>& statuses) {
                     ranks, [&](int r) { return statuses[r].message(); }, Phrase::kRanksThenValue));
 }
 
-Status Agreement::exchange(Communicator& comm, char* slots, const size_t* bytes, size_t capacity) {
+Status Agreement::exchange(transport::Communicator& comm, char* slots, const size_t* bytes,
+                           size_t capacity) {
   const int p = comm.size();
   const int rank = comm.rank();
   transfers_.clear();
@@ -87,12 +88,12 @@ Status Agreement::exchange(Communicator& comm, char* slots, const size_t* bytes,
       transfers_.push_back(comm.isend(slots + rank * capacity, bytes[rank], j, kTagAgreement));
     }
   }
-  const Status status = waitAll(transfers_.data(), transfers_.size());
+  const Status status = transport::waitAll(transfers_.data(), transfers_.size());
   transfers_.clear();
   return status;
 }
 
-Status Agreement::exchangeRecords(Communicator& comm, const void* record, size_t bytes,
+Status Agreement::exchangeRecords(transport::Communicator& comm, const void* record, size_t bytes,
                                   size_t capacity) {
   const int p = comm.size();
   const int rank = comm.rank();
@@ -107,7 +108,7 @@ Status Agreement::exchangeRecords(Communicator& comm, const void* record, size_t
   return exchange(comm, records_.data(), sizes.data(), capacity);
 }
 
-Status Agreement::exchangeTexts(Communicator& comm, const std::vector<std::string>& mine,
+Status Agreement::exchangeTexts(transport::Communicator& comm, const std::vector<std::string>& mine,
                                 std::vector<std::vector<std::string>>* all) {
   const int p = comm.size();
   const int rank = comm.rank();
@@ -148,7 +149,7 @@ Status Agreement::exchangeTexts(Communicator& comm, const std::vector<std::strin
   return Status::ok();
 }
 
-Status agreeOnStatus(Communicator& comm, const Status& local) {
+Status agreeOnStatus(transport::Communicator& comm, const Status& local) {
   const auto code = static_cast<uint8_t>(local.code());
   Agreement agreement;
   DETCOLL_RETURN_IF_ERROR(agreement.exchangeRecords(comm, &code, 1, 1));

@@ -63,25 +63,26 @@ class Agreement {
  public:
   // Sends `bytes` of `record` to every rank and receives every rank's record, each at most
   // `capacity` bytes; record(j) is then rank j's (this rank's own too).
-  Status exchangeRecords(Communicator& comm, const void* record, size_t bytes, size_t capacity);
+  Status exchangeRecords(transport::Communicator& comm, const void* record, size_t bytes,
+                         size_t capacity);
   const char* record(int rank) const { return records_.data() + rank * capacity_; }
 
   // Every rank's texts (any number of any length). Called by every rank or by none: the ranks
   // decide from the records they all hold.
-  Status exchangeTexts(Communicator& comm, const std::vector<std::string>& mine,
+  Status exchangeTexts(transport::Communicator& comm, const std::vector<std::string>& mine,
                        std::vector<std::vector<std::string>>* all);
 
  private:
-  Status exchange(Communicator& comm, char* slots, const size_t* bytes, size_t capacity);
+  Status exchange(transport::Communicator& comm, char* slots, const size_t* bytes, size_t capacity);
 
   std::vector<char> records_;
   size_t capacity_ = 0;
-  std::vector<std::unique_ptr<Transfer>> transfers_;
+  std::vector<std::unique_ptr<transport::Transfer>> transfers_;
 };
 
 // Agrees on a local status: every rank returns verdict() of every rank's status. One exchange of
 // status codes; the messages travel only when some rank failed.
-Status agreeOnStatus(Communicator& comm, const Status& local);
+Status agreeOnStatus(transport::Communicator& comm, const Status& local);
 
 // ---- values
 // ---------------------------------------------------------------------------------------

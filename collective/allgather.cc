@@ -6,7 +6,7 @@
 
 namespace detcoll::collective {
 
-Status allgather(Communicator& comm, const AllgatherOptions& o) {
+Status allgather(transport::Communicator& comm, const AllgatherOptions& o) {
   const int p = comm.size();
   const int r = comm.rank();
   if (o.bytes == 0) return Status::ok();
@@ -23,10 +23,10 @@ Status allgather(Communicator& comm, const AllgatherOptions& o) {
   for (int s = 0; s < p - 1; ++s) {
     const int sendBlock = (r - s + p) % p;
     const int recvBlock = (r - s - 1 + 2 * p) % p;
-    std::unique_ptr<Transfer> transfers[2] = {
+    std::unique_ptr<transport::Transfer> transfers[2] = {
         comm.irecv(out + recvBlock * o.bytes, o.bytes, left, kTagAllgather),
         comm.isend(out + sendBlock * o.bytes, o.bytes, right, kTagAllgather)};
-    DETCOLL_RETURN_IF_ERROR(waitAll(transfers, 2));
+    DETCOLL_RETURN_IF_ERROR(transport::waitAll(transfers, 2));
   }
   return Status::ok();
 }

@@ -17,6 +17,6 @@ struct AllgatherOptions {
 };
 
 // The same call on every rank. No argument checks (see call_checks.h).
-Status allgather(Communicator& comm, const AllgatherOptions& options);
+Status allgather(transport::Communicator& comm, const AllgatherOptions& options);
 
 }  // namespace detcoll::collective

@@ -5,7 +5,7 @@
 
 namespace detcoll::collective {
 
-Status allreduce(Communicator& comm, const AllreduceOptions& options) {
+Status allreduce(transport::Communicator& comm, const AllreduceOptions& options) {
   kernels::HostReduceKernels kernels;
   CommExchange exchange(comm);
   return allreduceWith(kernels, exchange, options);

@@ -65,7 +65,7 @@ struct AllreduceOptions {
 };
 
 // The CPU path: host buffers, the CPU's kernels, over the communicator.
-Status allreduce(Communicator& comm, const AllreduceOptions& options);
+Status allreduce(transport::Communicator& comm, const AllreduceOptions& options);
 
 namespace modes {
 
@@ -92,7 +92,7 @@ const void* contribution(Kernels& k, const void* const* leaves, int n, const All
 }
 
 template <typename Kernels>
-Status native(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+Status native(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, int64_t total) {
   const bool average = o.op == ReduceOp::kAverage;
   const void* send = contribution(k, o.leaves, o.nleaves, o);
   DETCOLL_RETURN_IF_ERROR(x.agree(k.status()));  // the folded contribution's scratch
@@ -107,7 +107,7 @@ Status native(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total)
 }
 
 template <typename Kernels>
-Status ordered(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+Status ordered(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, int64_t total) {
   const int p = x.size();
   if (o.gathered != nullptr) {
     // Every rank's contribution, folded in rank order here.
@@ -137,7 +137,7 @@ Status ordered(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total
 // Pieces in the dtype: one leaf on every rank, reduced exactly by the owner, or min/max (each
 // rank's leaves folded first).
 template <typename Kernels>
-Status invariantLeaves(Kernels& k, Exchange& x, const AllreduceOptions& o) {
+Status invariantLeaves(Kernels& k, transport::Exchange& x, const AllreduceOptions& o) {
   const int p = x.size();
   const size_t es = dataTypeSize(o.type);
   const Pieces leaves = k.table(o.leaves, o.nleaves);
@@ -162,7 +162,8 @@ Status invariantLeaves(Kernels& k, Exchange& x, const AllreduceOptions& o) {
 
 // Keys, then int64 sums, chunk by chunk.
 template <typename Kernels>
-Status invariantEncodings(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+Status invariantEncodings(Kernels& k, transport::Exchange& x, const AllreduceOptions& o,
+                          int64_t total) {
   const int p = x.size();
   const size_t es = dataTypeSize(o.type);
   const size_t kb = kernels::exponentKeyBytes(o.type);
@@ -208,7 +209,7 @@ Status invariantEncodings(Kernels& k, Exchange& x, const AllreduceOptions& o, in
 }
 
 template <typename Kernels>
-Status invariant(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t total) {
+Status invariant(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, int64_t total) {
   if (o.gathered != nullptr) {
     // Every leaf of every rank, reduced here.
     k.invariantLocal(o.recv, k.table(o.gathered->leaves.data(), static_cast<int>(total)),
@@ -235,7 +236,7 @@ Status invariant(Kernels& k, Exchange& x, const AllreduceOptions& o, int64_t tot
 
 // The allreduce of o.mode over this rank's leaves, with these kernels over this exchange.
 template <typename Kernels>
-Status allreduceWith(Kernels& k, Exchange& x, const AllreduceOptions& o) {
+Status allreduceWith(Kernels& k, transport::Exchange& x, const AllreduceOptions& o) {
   if (o.count == 0) return Status::ok();
   const int64_t total = o.totalLeaves > 0 ? o.totalLeaves : x.size();
   switch (o.mode) {

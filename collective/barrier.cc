@@ -4,7 +4,7 @@
 
 namespace detcoll::collective {
 
-Status barrier(Communicator& comm, const BarrierOptions& o) {
+Status barrier(transport::Communicator& comm, const BarrierOptions& o) {
   const int p = comm.size();
   if (p == 1) return Status::ok();
   if (o.useNative && comm.native() != nullptr) return comm.native()->barrier();
@@ -14,10 +14,10 @@ Status barrier(Communicator& comm, const BarrierOptions& o) {
   char out = 0;
   char in = 0;
   for (int distance = 1; distance < p; distance <<= 1) {
-    std::unique_ptr<Transfer> transfers[2] = {
+    std::unique_ptr<transport::Transfer> transfers[2] = {
         comm.irecv(&in, 1, (r - distance + p) % p, kTagBarrier),
         comm.isend(&out, 1, (r + distance) % p, kTagBarrier)};
-    DETCOLL_RETURN_IF_ERROR(waitAll(transfers, 2));
+    DETCOLL_RETURN_IF_ERROR(transport::waitAll(transfers, 2));
   }
   return Status::ok();
 }

@@ -11,6 +11,6 @@ struct BarrierOptions {
   bool useNative = true;  // the backend's own barrier, where it has one
 };
 
-Status barrier(Communicator& comm, const BarrierOptions& options = {});
+Status barrier(transport::Communicator& comm, const BarrierOptions& options = {});
 
 }  // namespace detcoll::collective

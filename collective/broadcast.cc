@@ -7,7 +7,7 @@
 
 namespace detcoll::collective {
 
-Status broadcast(Communicator& comm, const BroadcastOptions& o) {
+Status broadcast(transport::Communicator& comm, const BroadcastOptions& o) {
   const int p = comm.size();
   if (p == 1 || o.bytes == 0) return Status::ok();
   if (o.useNative && comm.native() != nullptr) {
@@ -23,15 +23,15 @@ Status broadcast(Communicator& comm, const BroadcastOptions& o) {
     children.push_back((vrank + step + o.root) % p);
   }
   const size_t segment = std::max<size_t>(1, o.segmentBytes);
-  std::vector<std::unique_ptr<Transfer>> sends;
+  std::vector<std::unique_ptr<transport::Transfer>> sends;
   char* bytes = static_cast<char*>(o.data);
   for (size_t offset = 0; offset < o.bytes; offset += segment) {
     const size_t n = std::min(segment, o.bytes - offset);
     if (parent >= 0)
-      DETCOLL_RETURN_IF_ERROR(recvBytes(comm, bytes + offset, n, parent, kTagBroadcast));
+      DETCOLL_RETURN_IF_ERROR(transport::recvBytes(comm, bytes + offset, n, parent, kTagBroadcast));
     for (int child : children) sends.push_back(comm.isend(bytes + offset, n, child, kTagBroadcast));
   }
-  return waitAll(sends.data(), sends.size());
+  return transport::waitAll(sends.data(), sends.size());
 }
 
 }  // namespace detcoll::collective

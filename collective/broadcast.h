@@ -21,6 +21,6 @@ struct BroadcastOptions {
 };
 
 // The same call on every rank. No argument checks (see call_checks.h).
-Status broadcast(Communicator& comm, const BroadcastOptions& options);
+Status broadcast(transport::Communicator& comm, const BroadcastOptions& options);
 
 }  // namespace detcoll::collective

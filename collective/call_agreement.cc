@@ -170,8 +170,8 @@ Status failure(const std::vector<RankView>& all) {
 
 }  // namespace
 
-Status CallAgreement::agree(Communicator& comm, const CallDescription& mine, const void* payload,
-                            size_t payloadBytes) {
+Status CallAgreement::agree(transport::Communicator& comm, const CallDescription& mine,
+                            const void* payload, size_t payloadBytes) {
   const int p = comm.size();
   if (payloadBytes > kInlineBytes) return Status::internal("inline payload too large");
   WireHeader h{};

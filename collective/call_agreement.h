@@ -52,7 +52,7 @@ class CallAgreement {
   // Exchanges `mine` and up to kInlineBytes of payload with every rank and returns the verdict,
   // the same status on every rank. payload(j) is then rank j's inline data (a copy, for this
   // rank too).
-  Status agree(Communicator& comm, const CallDescription& mine, const void* payload,
+  Status agree(transport::Communicator& comm, const CallDescription& mine, const void* payload,
                size_t payloadBytes);
 
   const void* payload(int rank) const;

@@ -20,7 +20,7 @@ namespace {
 Status localChecks(const Status& precheck, const CallArguments& call, int device,
                    Collectives& collectives) {
   if (!precheck.isOk()) return precheck;
-  Communicator& comm = collectives.communicator();
+  transport::Communicator& comm = collectives.communicator();
   DETCOLL_RETURN_IF_ERROR(checkCall(call, comm.rank(), comm.size()));
   if (device >= 0) return collectives.devicePath().checkDevice(device);
   return Status::ok();

@@ -23,9 +23,9 @@ namespace detcoll::collective {
 // Per-communicator state reused across calls. Calls on one Collectives object must not overlap.
 class Collectives {
  public:
-  explicit Collectives(Communicator& comm) : comm_(comm) {}
+  explicit Collectives(transport::Communicator& comm) : comm_(comm) {}
 
-  Communicator& communicator() { return comm_; }
+  transport::Communicator& communicator() { return comm_; }
   // Input bytes of a shard per round of the host allreduce's schedule (pipeline.h).
   void setSegmentBytes(size_t bytes) { segmentBytes_ = bytes; }
 
@@ -68,7 +68,7 @@ class Collectives {
                 int dtype, int op, const char* name, const Status& precheck, bool single,
                 int device);
 
-  Communicator& comm_;
+  transport::Communicator& comm_;
   CallAgreement agreement_;
   size_t segmentBytes_ = 1 << 20;
   std::vector<char> payload_;  // this rank's leaves, inline with the call description

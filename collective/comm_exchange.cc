@@ -5,19 +5,19 @@
 
 namespace detcoll::collective {
 
-Status CommExchange::post(ExchangeGroup& group, void*) {
+Status CommExchange::post(transport::ExchangeGroup& group, void*) {
   group.inFlight.reserve(group.inFlight.size() + group.recvs.size() + group.sends.size());
-  for (const Recv& r : group.recvs) {
+  for (const transport::Recv& r : group.recvs) {
     group.inFlight.push_back(comm_.irecv(r.data, r.bytes, r.peer, kTagPipeline));
   }
-  for (const Send& s : group.sends) {
+  for (const transport::Send& s : group.sends) {
     group.inFlight.push_back(comm_.isend(s.data, s.bytes, s.peer, kTagPipeline));
   }
   return Status::ok();
 }
 
-Status CommExchange::complete(ExchangeGroup& group) {
-  const Status status = waitAll(group.inFlight.data(), group.inFlight.size());
+Status CommExchange::complete(transport::ExchangeGroup& group) {
+  const Status status = transport::waitAll(group.inFlight.data(), group.inFlight.size());
   group.clear();
   return status;
 }

@@ -9,19 +9,19 @@
 
 namespace detcoll::collective {
 
-class CommExchange : public Exchange {
+class CommExchange : public transport::Exchange {
  public:
-  explicit CommExchange(Communicator& comm) : comm_(comm) {}
+  explicit CommExchange(transport::Communicator& comm) : comm_(comm) {}
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
-  Status post(ExchangeGroup& group, void* stream) override;
-  Status complete(ExchangeGroup& group) override;
+  Status post(transport::ExchangeGroup& group, void* stream) override;
+  Status complete(transport::ExchangeGroup& group) override;
   Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                          void* stream) override;
 
  private:
-  Communicator& comm_;
+  transport::Communicator& comm_;
 };
 
 }  // namespace detcoll::collective

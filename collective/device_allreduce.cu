@@ -5,7 +5,8 @@
 
 namespace detcoll::collective {
 
-Status deviceAllreduce(Exchange& exchange, void* stream, const AllreduceOptions& options) {
+Status deviceAllreduce(transport::Exchange& exchange, void* stream,
+                       const AllreduceOptions& options) {
   kernels::DeviceExecutor e(stream);
   kernels::bodies::ReduceKernels<kernels::DeviceExecutor> kernels(e);
   return allreduceWith(kernels, exchange, options);

@@ -20,6 +20,7 @@ namespace detcoll::collective {
 constexpr size_t kDeviceSegmentBytes = size_t{8} << 20;
 
 // options.leaves and options.recv are device memory (the leaves array itself is host memory).
-Status deviceAllreduce(Exchange& exchange, void* stream, const AllreduceOptions& options);
+Status deviceAllreduce(transport::Exchange& exchange, void* stream,
+                       const AllreduceOptions& options);
 
 }  // namespace detcoll::collective

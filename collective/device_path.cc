@@ -58,7 +58,7 @@ Status needsCuda() {
 
 }  // namespace
 
-DevicePath::DevicePath(Communicator& comm, GpuTransport transport)
+DevicePath::DevicePath(transport::Communicator& comm, GpuTransport transport)
     : comm_(comm), transport_(transport) {}
 
 DevicePath::~DevicePath() {
@@ -101,11 +101,11 @@ Status DevicePath::startNccl(int device) {
 #if DETCOLL_WITH_NCCL
   if (transport_ == GpuTransport::kMpi) return Status::ok();
   // Rank 0 makes the id; every rank learns it, or that there is none, in one broadcast.
-  std::array<char, 1 + sizeof(NcclTransport::UniqueId)> message{};
+  std::array<char, 1 + sizeof(transport::NcclTransport::UniqueId)> message{};
   Status local = Status::ok();
   if (comm_.rank() == 0) {
-    NcclTransport::UniqueId id;
-    local = NcclTransport::uniqueId(&id);
+    transport::NcclTransport::UniqueId id;
+    local = transport::NcclTransport::uniqueId(&id);
     message[0] = local.isOk() ? 1 : 0;
     std::memcpy(message.data() + 1, id.data(), id.size());
   }
@@ -114,17 +114,17 @@ Status DevicePath::startNccl(int device) {
     local = Status::backend("rank 0 could not create an NCCL id");
   }
   // Every rank on its device, or none goes into NCCL's init.
-  std::unique_ptr<NcclTransport> transport;
+  std::unique_ptr<transport::NcclTransport> transport;
   Status started = agreeOnStatus(comm_, local);
   if (started.isOk()) {
     DeviceScope scope(device);
     local = scope.status();
     started = agreeOnStatus(comm_, local);
     if (started.isOk()) {
-      NcclTransport::UniqueId id;
+      transport::NcclTransport::UniqueId id;
       std::memcpy(id.data(), message.data() + 1, id.size());
       // A failure here may leave the other ranks inside NCCL's init: NCCL's own behaviour.
-      local = NcclTransport::create(id, comm_.rank(), comm_.size(), &transport);
+      local = transport::NcclTransport::create(id, comm_.rank(), comm_.size(), &transport);
       started = agreeOnStatus(comm_, local);
     }
   }
@@ -227,7 +227,7 @@ Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
 #if DETCOLL_WITH_NCCL
   if (nccl_) {
     return onStream([&](void* s) {
-      return static_cast<NcclTransport&>(*nccl_).broadcast(data, bytes, root, s);
+      return static_cast<transport::NcclTransport&>(*nccl_).broadcast(data, bytes, root, s);
     });
   }
 #endif
@@ -245,7 +245,7 @@ Status DevicePath::allgather(const void* send, void* recv, size_t bytes, int dev
 #if DETCOLL_WITH_NCCL
   if (nccl_) {
     return onStream([&](void* s) {
-      return static_cast<NcclTransport&>(*nccl_).allgather(send, recv, bytes, s);
+      return static_cast<transport::NcclTransport&>(*nccl_).allgather(send, recv, bytes, s);
     });
   }
 #endif

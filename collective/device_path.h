@@ -20,16 +20,16 @@
 #include <vector>
 
 #include "collective/allreduce.h"
-#include "collective/transport/communicator.h"
 #include "collective/settings.h"
+#include "collective/transport/communicator.h"
 
 namespace detcoll::collective {
 
-class Exchange;
+class transport::Exchange;
 
 class DevicePath {
  public:
-  DevicePath(Communicator& comm, GpuTransport transport);
+  DevicePath(transport::Communicator& comm, GpuTransport transport);
   ~DevicePath();
   DevicePath(const DevicePath&) = delete;
   DevicePath& operator=(const DevicePath&) = delete;
@@ -67,10 +67,10 @@ class DevicePath {
   // NCCL on every rank, or (auto) the host way on every rank; an error on every rank otherwise.
   Status startNccl(int device);
 
-  Communicator& comm_;
+  transport::Communicator& comm_;
   GpuTransport transport_;
   bool prepared_ = false;
-  std::unique_ptr<Exchange> nccl_;  // an NcclTransport once NCCL is in use
+  std::unique_ptr<transport::Exchange> nccl_;  // an NcclTransport once NCCL is in use
   int device_ = -1;
   void* userStream_ = nullptr;
   void* libraryStream_ = nullptr;

@@ -58,7 +58,7 @@ struct Stage {
 template <typename Kernels>
 class Pipeline {
  public:
-  Pipeline(Kernels& k, Exchange& x, const Stage& s)
+  Pipeline(Kernels& k, transport::Exchange& x, const Stage& s)
       : k_(k),
         x_(x),
         s_(s),
@@ -126,12 +126,12 @@ class Pipeline {
     return encodedRound(q) + (index - q * round_) * s_.inBytes;
   }
   char* outputAt(size_t index) const { return static_cast<char*>(s_.output) + index * s_.outBytes; }
-  ExchangeGroup& group(size_t k) { return groups_[k % 3]; }
+  transport::ExchangeGroup& group(size_t k) { return groups_[k % 3]; }
 
   // Group k: round k-2's allgather and round k's reduce-scatter. The same transfers in the same
   // order on every rank, so that those between a pair of ranks match in posting order.
   Status post(size_t k) {
-    ExchangeGroup& g = group(k);
+    transport::ExchangeGroup& g = group(k);
     if (k >= 2 && k - 2 < rounds_) gather(k - 2, g);
     if (k < rounds_) {
       if (!s_.input) s_.encode(k * round_, length(k), encodedRound(k));
@@ -142,7 +142,7 @@ class Pipeline {
   }
 
   // My piece of every other shard out, the other ranks' pieces of my shard in.
-  void scatter(size_t q, ExchangeGroup& g) {
+  void scatter(size_t q, transport::ExchangeGroup& g) {
     const Shard mine = shard(q, rank_);
     for (int j = 0; j < p_; ++j) {
       if (j == rank_) continue;
@@ -167,7 +167,7 @@ class Pipeline {
   }
 
   // My reduced shard out, every other rank's in.
-  void gather(size_t q, ExchangeGroup& g) {
+  void gather(size_t q, transport::ExchangeGroup& g) {
     const Shard mine = shard(q, rank_);
     for (int j = 0; j < p_; ++j) {
       if (j == rank_) continue;
@@ -201,7 +201,7 @@ class Pipeline {
   }
 
   Kernels& k_;
-  Exchange& x_;
+  transport::Exchange& x_;
   const Stage& s_;
   const int p_;
   const int rank_;
@@ -212,11 +212,11 @@ class Pipeline {
   const size_t rounds_;
   char* staging_ = nullptr;
   char* encoded_ = nullptr;
-  ExchangeGroup groups_[3];
+  transport::ExchangeGroup groups_[3];
 };
 
 template <typename Kernels>
-Status runStage(Kernels& k, Exchange& x, const Stage& s) {
+Status runStage(Kernels& k, transport::Exchange& x, const Stage& s) {
   return Pipeline<Kernels>(k, x, s).run();
 }
 

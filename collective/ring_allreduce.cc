@@ -8,7 +8,7 @@
 
 namespace detcoll::collective {
 
-Status ringAllreduce(Communicator& comm, const RingAllreduceOptions& o) {
+Status ringAllreduce(transport::Communicator& comm, const RingAllreduceOptions& o) {
   const void* send = o.send;
   void* recv = o.recv;
   const size_t count = o.count;
@@ -30,11 +30,11 @@ Status ringAllreduce(Communicator& comm, const RingAllreduceOptions& o) {
     for (int s = 0; s < p - 1; ++s) {
       const int sendChunk = (r - s + p) % p;
       const int recvChunk = (r - s - 1 + 2 * p) % p;
-      std::unique_ptr<Transfer> transfers[2] = {
+      std::unique_ptr<transport::Transfer> transfers[2] = {
           comm.irecv(incoming.data(), chunkLength(recvChunk) * es, left, kTagRing),
           comm.isend(out + chunkBegin(sendChunk) * es, chunkLength(sendChunk) * es, right,
                      kTagRing)};
-      DETCOLL_RETURN_IF_ERROR(waitAll(transfers, 2));
+      DETCOLL_RETURN_IF_ERROR(transport::waitAll(transfers, 2));
       char* target = out + chunkBegin(recvChunk) * es;
       const void* inputs[2] = {incoming.data(), target};
       kernels::foldRankOrder(target, inputs, 2, chunkLength(recvChunk), type, stepOp, 1);
@@ -43,11 +43,11 @@ Status ringAllreduce(Communicator& comm, const RingAllreduceOptions& o) {
     for (int s = 0; s < p - 1; ++s) {
       const int sendChunk = (r + 1 - s + p) % p;
       const int recvChunk = (r - s + p) % p;
-      std::unique_ptr<Transfer> transfers[2] = {
+      std::unique_ptr<transport::Transfer> transfers[2] = {
           comm.irecv(out + chunkBegin(recvChunk) * es, chunkLength(recvChunk) * es, left, kTagRing),
           comm.isend(out + chunkBegin(sendChunk) * es, chunkLength(sendChunk) * es, right,
                      kTagRing)};
-      DETCOLL_RETURN_IF_ERROR(waitAll(transfers, 2));
+      DETCOLL_RETURN_IF_ERROR(transport::waitAll(transfers, 2));
     }
   }
   if (op == ReduceOp::kAverage && count > 0) {

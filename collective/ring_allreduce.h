@@ -21,6 +21,6 @@ struct RingAllreduceOptions {
 };
 
 // The same call on every rank. No argument checks (see call_checks.h).
-Status ringAllreduce(Communicator& comm, const RingAllreduceOptions& options);
+Status ringAllreduce(transport::Communicator& comm, const RingAllreduceOptions& options);
 
 }  // namespace detcoll::collective

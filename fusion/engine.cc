@@ -17,8 +17,8 @@
 namespace detcoll::fusion {
 namespace {
 
-using collective::Communicator;
-using TransferSet = std::vector<std::unique_ptr<collective::Transfer>>;
+using collective::transport::Communicator;
+using TransferSet = std::vector<std::unique_ptr<collective::transport::Transfer>>;
 
 // Waits for every request by polling: spinning (with yields) for a short while, since the other
 // ranks usually arrive within microseconds of each other, then sleeping between polls, so that an
@@ -85,7 +85,7 @@ Status finishFramed(Communicator& comm, const std::vector<uint8_t>& first, int p
   if (total > head) {
     payload->resize(total);
     DETCOLL_RETURN_IF_ERROR(
-        collective::recvBytes(comm, payload->data() + head, total - head, peer, tag));
+        collective::transport::recvBytes(comm, payload->data() + head, total - head, peer, tag));
   }
   return Status::ok();
 }

@@ -55,7 +55,7 @@ struct EngineOptions {
 class Engine {
  public:
   // comm is the engine's alone: no other code may send on it while the engine runs.
-  Engine(collective::Communicator& comm, EngineOptions options);
+  Engine(collective::transport::Communicator& comm, EngineOptions options);
   ~Engine();  // shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -94,7 +94,7 @@ class Engine {
   void stop(const Status& why);
   std::string localCheck(const RequestSpec& spec) const;
 
-  collective::Communicator& comm_;
+  collective::transport::Communicator& comm_;
   const EngineOptions options_;
   std::atomic<size_t> fusionThresholdBytes_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0

@@ -3,7 +3,7 @@
 #include "fusion/settings.h"
 #include "kernels/rng/seed_state.h"
 
-namespace detcoll::capi {
+namespace detcoll::bindings::c {
 
 Status loadConfig(const EnvLookup& lookup, Config* config) {
   Environment env(lookup);
@@ -17,4 +17,4 @@ Status loadConfig(const EnvLookup& lookup, Config* config) {
   return Status::ok();
 }
 
-}  // namespace detcoll::capi
+}  // namespace detcoll::bindings::c

@@ -15,7 +15,7 @@
 #include "common/status.h"
 #include "fusion/engine.h"
 
-namespace detcoll::capi {
+namespace detcoll::bindings::c {
 
 struct Config {
   collective::Settings collective;  // DETCOLL_DETERMINISM, DETCOLL_GPU_TRANSPORT
@@ -30,4 +30,4 @@ struct Config {
 // then untouched.
 Status loadConfig(const EnvLookup& lookup, Config* config);
 
-}  // namespace detcoll::capi
+}  // namespace detcoll::bindings::c

@@ -26,7 +26,7 @@ struct detcoll_request {
   detcoll::fusion::RequestPtr request;
 };
 
-namespace detcoll::capi {
+namespace detcoll::bindings::c {
 
 static_assert(static_cast<int>(StatusCode::kInternal) == DETCOLL_ERR_INTERNAL);
 static_assert(static_cast<int>(DataType::kInt64) == DETCOLL_INT64);
@@ -151,7 +151,7 @@ Status initialize() {
   int provided = 0;
   if (!initialized) {
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-    if (rc != MPI_SUCCESS) return collective::mpiError("MPI_Init_thread", rc);
+    if (rc != MPI_SUCCESS) return collective::transport::mpiError("MPI_Init_thread", rc);
     g_ownsMpi = true;
   } else {
     int finalized = 0;
@@ -164,7 +164,8 @@ Status initialize() {
     }
   }
   auto runtime = std::make_unique<Runtime>();
-  DETCOLL_RETURN_IF_ERROR(collective::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->comm));
+  DETCOLL_RETURN_IF_ERROR(
+      collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->comm));
   setLogRank(runtime->comm->rank());
 
   Status local = loadConfig(processEnvironment(), &runtime->config);
@@ -189,7 +190,7 @@ Status initialize() {
   MPI_Allreduce(&provided, &lowest, 1, MPI_INT, MPI_MIN, runtime->comm->handle());
   if (lowest >= MPI_THREAD_MULTIPLE) {
     DETCOLL_RETURN_IF_ERROR(
-        collective::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->engineComm));
+        collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->engineComm));
     runtime->engine =
         std::make_unique<fusion::Engine>(*runtime->engineComm, runtime->config.engine);
     // A timeline that cannot be written fails init on every rank (the engines still start, so
@@ -304,10 +305,10 @@ detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const vo
 }
 
 }  // namespace
-}  // namespace detcoll::capi
+}  // namespace detcoll::bindings::c
 
 using namespace detcoll;
-using namespace detcoll::capi;
+using namespace detcoll::bindings::c;
 
 extern "C" {
 

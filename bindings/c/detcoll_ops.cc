@@ -11,7 +11,7 @@
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 
-namespace detcoll::capi {
+namespace detcoll::bindings::c {
 namespace {
 
 std::atomic<int> g_opsThreads{0};
@@ -65,10 +65,10 @@ Status poolOf(const char* op, const detcoll_pool2d_t* pool, int64_t planes, int6
 }
 
 }  // namespace
-}  // namespace detcoll::capi
+}  // namespace detcoll::bindings::c
 
 using namespace detcoll;
-using namespace detcoll::capi;
+using namespace detcoll::bindings::c;
 
 extern "C" {
 

@@ -21,7 +21,7 @@
 #include "kernels/rng/fill_cuda.h"
 #endif
 
-namespace detcoll::capi {
+namespace detcoll::bindings::c {
 namespace {
 
 namespace rng = kernels::rng;
@@ -116,10 +116,10 @@ Status initializeRandomState(Runtime& runtime) {
   return Status::ok();
 }
 
-}  // namespace detcoll::capi
+}  // namespace detcoll::bindings::c
 
 using namespace detcoll;
-using namespace detcoll::capi;
+using namespace detcoll::bindings::c;
 namespace rng = detcoll::kernels::rng;
 
 extern "C" {

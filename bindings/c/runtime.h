@@ -18,11 +18,11 @@
 #include "fusion/engine.h"
 #include "kernels/rng/seed_state.h"
 
-namespace detcoll::capi {
+namespace detcoll::bindings::c {
 
 struct Runtime {
-  std::unique_ptr<collective::MpiCommunicator> comm;
-  std::unique_ptr<collective::MpiCommunicator> engineComm;
+  std::unique_ptr<collective::transport::MpiCommunicator> comm;
+  std::unique_ptr<collective::transport::MpiCommunicator> engineComm;
   std::unique_ptr<collective::Collectives> collectives;
   std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
   std::string noEngine;                    // why there is no engine
@@ -70,4 +70,4 @@ class BufferPlace {
   std::string first_;  // the first buffer added, for the error
 };
 
-}  // namespace detcoll::capi
+}  // namespace detcoll::bindings::c

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 
 Status recvBytes(Communicator& comm, void* data, size_t bytes, int peer, int tag) {
   size_t received = 0;
@@ -24,4 +24,4 @@ Status waitAll(std::unique_ptr<Transfer>* transfers, size_t n) {
   return first;
 }
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

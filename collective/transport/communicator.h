@@ -11,7 +11,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 
 class NativeCollectives;
 
@@ -67,4 +67,4 @@ Status recvBytes(Communicator& comm, void* data, size_t bytes, int peer, int tag
 // Waits for every transfer, even after a failure; returns the first failure.
 Status waitAll(std::unique_ptr<Transfer>* transfers, size_t n);
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

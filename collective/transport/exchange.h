@@ -16,7 +16,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 
 struct Send {
   const void* data;
@@ -73,4 +73,4 @@ class Exchange {
   virtual Status agree(const Status& local) { return local; }
 };
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

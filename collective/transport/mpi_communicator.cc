@@ -7,7 +7,7 @@
 
 #include "kernels/fold.h"
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 namespace {
 
 // MPI counts are int: larger messages go as several, matched in order (same peer and tag).
@@ -245,4 +245,4 @@ Status MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
   return rc == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Allgather", rc);
 }
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

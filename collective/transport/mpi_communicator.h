@@ -6,7 +6,7 @@
 
 #include "collective/transport/communicator.h"
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 
 // Communicator over MPI. It works on a duplicate of the given communicator, so detcoll's messages
 // never match the caller's, with MPI_ERRORS_RETURN, so an MPI failure becomes a status instead of
@@ -47,4 +47,4 @@ MPI_Op mpiReduceOp(ReduceOp op);
 // Text of an MPI error code, as "MPI_Allreduce failed: <MPI's message>".
 Status mpiError(const char* call, int code);
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

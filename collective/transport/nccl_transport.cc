@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 namespace {
 
 static_assert(sizeof(ncclUniqueId) == sizeof(NcclTransport::UniqueId));
@@ -129,4 +129,4 @@ Status NcclTransport::allgather(const void* send, void* recv, size_t bytes, void
                "ncclAllGather");
 }
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

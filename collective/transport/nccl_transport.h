@@ -15,7 +15,7 @@
 
 #include "collective/transport/exchange.h"
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 
 class NcclTransport : public Exchange {
  public:
@@ -58,4 +58,4 @@ class NcclTransport : public Exchange {
   std::function<Status(const Status&)> agreement_;
 };
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

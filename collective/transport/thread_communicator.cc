@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 
 namespace {
 
@@ -164,4 +164,4 @@ Status spawn(int size, const std::function<void(Communicator&)>& fn) {
   return Status::ok();
 }
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

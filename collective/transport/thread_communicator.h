@@ -5,7 +5,7 @@
 
 #include "collective/transport/communicator.h"
 
-namespace detcoll::collective {
+namespace detcoll::collective::transport {
 
 class ThreadWorld;
 
@@ -33,4 +33,4 @@ class ThreadCommunicator : public Communicator {
 // first failure: an exception that escaped fn, with the rank that threw it.
 Status spawn(int size, const std::function<void(Communicator&)>& fn);
 
-}  // namespace detcoll::collective
+}  // namespace detcoll::collective::transport

@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   // with user-defined operations).
   const bool mpiKnowsType = o.type != DataType::kFloat16 && o.type != DataType::kBFloat16;
   const MPI_Datatype peerType =
-      mpiKnowsType ? detcoll::collective::mpiDataType(o.type) : MPI_DATATYPE_NULL;
+      mpiKnowsType ? detcoll::collective::transport::mpiDataType(o.type) : MPI_DATATYPE_NULL;
   const char* peerName = peerType == MPI_DATATYPE_NULL ? "detcoll-native" : "MPI_Allreduce";
   if (rank == 0) {
     std::printf(
@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
         check(detcoll_set_mode(o.mode));
       } else {
         MPI_Allreduce(input.data(), peer.data(), static_cast<int>(count), peerType,
-                      detcoll::collective::mpiReduceOp(o.op), MPI_COMM_WORLD);
+                      detcoll::collective::transport::mpiReduceOp(o.op), MPI_COMM_WORLD);
       }
     };
     for (int i = 0; i < o.warmup; ++i) {

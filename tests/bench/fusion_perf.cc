@@ -145,9 +145,10 @@ double flatStep(const std::vector<float>& in, std::vector<float>& out) {
 }
 
 std::unique_ptr<fusion::Engine> makeEngine(
-    std::unique_ptr<detcoll::collective::MpiCommunicator>& comm, size_t threshold, double cycleMs,
-    const std::string& timeline = "") {
-  require(detcoll::collective::MpiCommunicator::create(MPI_COMM_WORLD, &comm), "communicator");
+    std::unique_ptr<detcoll::collective::transport::MpiCommunicator>& comm, size_t threshold,
+    double cycleMs, const std::string& timeline = "") {
+  require(detcoll::collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &comm),
+          "communicator");
   fusion::EngineOptions options;
   options.fusionThresholdBytes = threshold;
   options.cycleTimeMs = cycleMs;
@@ -170,7 +171,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &p);
 
   // One engine, its threshold switched between steps on every rank (no request in flight).
-  std::unique_ptr<detcoll::collective::MpiCommunicator> comm;
+  std::unique_ptr<detcoll::collective::transport::MpiCommunicator> comm;
   auto engine = makeEngine(comm, o.threshold, o.cycleMs, o.timeline);
 
   if (rank == 0) {

@@ -150,7 +150,7 @@ constexpr size_t kGuard = 256;
 // Runs the case's call on one rank over `transport`, on `stream`: the rank's leaves uploaded to
 // device buffers between guard bytes, recv a buffer of its own or the first leaf.
 RankResult runRank(const Case& c, const std::vector<Buffer>& leaves, int rank,
-                   collective::Exchange& transport, cudaStream_t stream) {
+                   collective::transport::Exchange& transport, cudaStream_t stream) {
   RankResult result;
   auto cuda = [&](cudaError_t e, const char* what) {
     if (e != cudaSuccess && result.problem.empty()) {
@@ -411,21 +411,22 @@ TEST_F(AllreduceGpu, MatchesTheCpuPathOverThreadRanks) {
             const size_t es = dataTypeSize(type);
             std::vector<Buffer> cpu(p, Buffer(c.count * es));
             std::vector<Status> cpuStatus(p);
-            const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
-              const int r = comm.rank();
-              const std::vector<const void*> all = pointersOf(leaves);
-              collective::AllreduceOptions o;
-              o.mode = mode;
-              o.leaves = all.data() + c.firstLeaf(r);
-              o.nleaves = c.spread[r];
-              o.recv = cpu[r].data();
-              o.count = c.count;
-              o.type = type;
-              o.op = op;
-              o.totalLeaves = c.totalLeaves();
-              o.segmentBytes = c.segmentBytes;
-              cpuStatus[r] = collective::allreduce(comm, o);
-            });
+            const Status spawned =
+                collective::transport::spawn(p, [&](collective::transport::Communicator& comm) {
+                  const int r = comm.rank();
+                  const std::vector<const void*> all = pointersOf(leaves);
+                  collective::AllreduceOptions o;
+                  o.mode = mode;
+                  o.leaves = all.data() + c.firstLeaf(r);
+                  o.nleaves = c.spread[r];
+                  o.recv = cpu[r].data();
+                  o.count = c.count;
+                  o.type = type;
+                  o.op = op;
+                  o.totalLeaves = c.totalLeaves();
+                  o.segmentBytes = c.segmentBytes;
+                  cpuStatus[r] = collective::allreduce(comm, o);
+                });
             ASSERT_TRUE(spawned.isOk()) << spawned.toString();
             for (int r = 0; r < p; ++r) {
               ASSERT_TRUE(cpuStatus[r].isOk()) << cpuStatus[r].toString();
@@ -473,20 +474,20 @@ TEST_F(AllreduceGpu, EveryRankRunsTheSameTransportCalls) {
 
 #if defined(DETCOLL_GPU_TEST_NCCL) && DETCOLL_GPU_TEST_NCCL
 
-std::unique_ptr<collective::NcclTransport> singleRankNccl() {
-  collective::NcclTransport::UniqueId id{};
-  const Status made = collective::NcclTransport::uniqueId(&id);
+std::unique_ptr<collective::transport::NcclTransport> singleRankNccl() {
+  collective::transport::NcclTransport::UniqueId id{};
+  const Status made = collective::transport::NcclTransport::uniqueId(&id);
   EXPECT_TRUE(made.isOk()) << made.toString();
-  std::unique_ptr<collective::NcclTransport> transport;
+  std::unique_ptr<collective::transport::NcclTransport> transport;
   if (!made.isOk()) return transport;
-  const Status created = collective::NcclTransport::create(id, 0, 1, &transport);
+  const Status created = collective::transport::NcclTransport::create(id, 0, 1, &transport);
   EXPECT_TRUE(created.isOk()) << created.toString();
   return transport;
 }
 
 // Every mode over an NCCL communicator of one rank: the CPU reference's bits.
 TEST_F(AllreduceGpu, NcclSingleRankMatchesCpuReference) {
-  const std::unique_ptr<collective::NcclTransport> nccl = singleRankNccl();
+  const std::unique_ptr<collective::transport::NcclTransport> nccl = singleRankNccl();
   ASSERT_NE(nccl, nullptr);
   EXPECT_EQ(nccl->rank(), 0);
   EXPECT_EQ(nccl->size(), 1);
@@ -513,7 +514,7 @@ TEST_F(AllreduceGpu, NcclSingleRankMatchesCpuReference) {
 
 // Broadcast and allgather at one rank copy: the root's bytes stay, the gather is the send.
 TEST_F(AllreduceGpu, NcclSingleRankBroadcastAndAllgatherCopy) {
-  const std::unique_ptr<collective::NcclTransport> nccl = singleRankNccl();
+  const std::unique_ptr<collective::transport::NcclTransport> nccl = singleRankNccl();
   ASSERT_NE(nccl, nullptr);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);

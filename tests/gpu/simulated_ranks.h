@@ -2,7 +2,7 @@
 
 // P simulated ranks in one process on one GPU, for the tests of the GPU allreduce
 // (collective/device_allreduce.h): each rank is a thread with a CUDA stream of its own and a
-// SimulatedTransport (a collective::Exchange) over a SimulatedWorld they share.
+// SimulatedTransport (a collective::transport::Exchange) over a SimulatedWorld they share.
 //
 // Posting a group runs it at once: it waits for the rank's stream, publishes the rank's sends, and
 // meets the other ranks
@@ -93,11 +93,11 @@ class SimulatedWorld {
 
   // What a rank publishes for the other ranks between two barriers. Written by the rank itself
   // only, before the barrier that makes it visible; read by the others after it.
-  void publishSends(int rank, const std::vector<collective::Send>& sends) {
+  void publishSends(int rank, const std::vector<collective::transport::Send>& sends) {
     std::lock_guard<std::mutex> lock(mutex_);
     sends_[rank] = sends;
   }
-  const std::vector<collective::Send>& sendsOf(int rank) const { return sends_[rank]; }
+  const std::vector<collective::transport::Send>& sendsOf(int rank) const { return sends_[rank]; }
   void publishPointer(int rank, const void* p) {
     std::lock_guard<std::mutex> lock(mutex_);
     pointers_[rank] = p;
@@ -117,11 +117,11 @@ class SimulatedWorld {
   uint64_t generation_ = 0;
   int left_ = 0;
   std::string broken_;
-  std::vector<std::vector<collective::Send>> sends_;
+  std::vector<std::vector<collective::transport::Send>> sends_;
   std::vector<const void*> pointers_;
 };
 
-class SimulatedTransport : public collective::Exchange {
+class SimulatedTransport : public collective::transport::Exchange {
  public:
   SimulatedTransport(std::shared_ptr<SimulatedWorld> world, int rank)
       : world_(std::move(world)), rank_(rank) {}
@@ -133,18 +133,18 @@ class SimulatedTransport : public collective::Exchange {
   int exchanges() const { return exchanges_; }
   int natives() const { return natives_; }
 
-  Status complete(collective::ExchangeGroup& group) override {
+  Status complete(collective::transport::ExchangeGroup& group) override {
     group.clear();
     return Status::ok();
   }
 
-  Status post(collective::ExchangeGroup& group, void* stream) override {
-    const std::vector<collective::Send>& sends = group.sends;
-    const std::vector<collective::Recv>& recvs = group.recvs;
+  Status post(collective::transport::ExchangeGroup& group, void* stream) override {
+    const std::vector<collective::transport::Send>& sends = group.sends;
+    const std::vector<collective::transport::Recv>& recvs = group.recvs;
     ++exchanges_;
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     DETCOLL_RETURN_IF_ERROR(fail(check(cudaStreamSynchronize(s), "cudaStreamSynchronize")));
-    for (const collective::Send& send : sends) {
+    for (const collective::transport::Send& send : sends) {
       if (send.peer < 0 || send.peer >= size()) {
         return fail(Status::internal(where() + "a send to rank " + std::to_string(send.peer)));
       }
@@ -152,15 +152,15 @@ class SimulatedTransport : public collective::Exchange {
     world_->publishSends(rank_, sends);
     DETCOLL_RETURN_IF_ERROR(world_->barrier(rank_));
     // The sends to this rank, per peer, in posting order; matched one by one.
-    std::vector<std::vector<const collective::Send*>> incoming(size());
+    std::vector<std::vector<const collective::transport::Send*>> incoming(size());
     for (int j = 0; j < size(); ++j) {
-      for (const collective::Send& send : world_->sendsOf(j)) {
+      for (const collective::transport::Send& send : world_->sendsOf(j)) {
         if (send.peer == rank_) incoming[j].push_back(&send);
       }
     }
     std::vector<size_t> matched(size(), 0);
     Status status;
-    for (const collective::Recv& recv : recvs) {
+    for (const collective::transport::Recv& recv : recvs) {
       if (recv.peer < 0 || recv.peer >= size()) {
         status = Status::internal(where() + "a receive from rank " + std::to_string(recv.peer));
         break;
@@ -172,7 +172,7 @@ class SimulatedTransport : public collective::Exchange {
                                   std::to_string(incoming[recv.peer].size()) + " transfers)");
         break;
       }
-      const collective::Send& send = *incoming[recv.peer][matched[recv.peer]++];
+      const collective::transport::Send& send = *incoming[recv.peer][matched[recv.peer]++];
       if (send.bytes != recv.bytes) {
         status = Status::internal(where() + "receive " + std::to_string(matched[recv.peer] - 1) +
                                   " from rank " + std::to_string(recv.peer) + " is " +

@@ -116,8 +116,8 @@ TEST(FusionMpiTest, ShuffledResNet50MatchesOneByOneUnderEveryThresholdAndCycle) 
                                   std::to_string(config.threshold) + " cycle " +
                                   std::to_string(config.cycleMs) + " rep " + std::to_string(rep);
         SCOPED_TRACE(label);
-        std::unique_ptr<collective::MpiCommunicator> comm;
-        ASSERT_TRUE(collective::MpiCommunicator::create(MPI_COMM_WORLD, &comm).isOk());
+        std::unique_ptr<collective::transport::MpiCommunicator> comm;
+        ASSERT_TRUE(collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &comm).isOk());
         fusion::EngineOptions options;
         options.fusionThresholdBytes = config.threshold;
         options.cycleTimeMs = config.cycleMs;
@@ -352,13 +352,13 @@ TEST(FusionCApiErrorTest, DuplicateNameIsRefusedAndTheFirstCompletes) {
 // Stall and shutdown, on engines with short limits ---------------------------------------------
 
 struct ShortEngine {
-  std::unique_ptr<collective::MpiCommunicator> comm;
+  std::unique_ptr<collective::transport::MpiCommunicator> comm;
   std::unique_ptr<fusion::Engine> engine;
   std::mutex mutex;
   std::vector<std::string> warnings;
 
   explicit ShortEngine(double warnSeconds, double shutdownSeconds) {
-    EXPECT_TRUE(collective::MpiCommunicator::create(MPI_COMM_WORLD, &comm).isOk());
+    EXPECT_TRUE(collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &comm).isOk());
     fusion::EngineOptions options;
     options.stallWarningSeconds = warnSeconds;
     options.stallShutdownSeconds = shutdownSeconds;

@@ -5,7 +5,7 @@
 
 namespace detcoll::testing {
 
-Status serialAllreduce(collective::Exchange& exchange,
+Status serialAllreduce(collective::transport::Exchange& exchange,
                        const collective::AllreduceOptions& options) {
   SerialExecutor e;
   kernels::bodies::ReduceKernels<SerialExecutor> kernels(e);

@@ -13,6 +13,7 @@
 namespace detcoll::testing {
 
 // Host buffers; the options as collective::allreduce takes them.
-Status serialAllreduce(collective::Exchange& exchange, const collective::AllreduceOptions& options);
+Status serialAllreduce(collective::transport::Exchange& exchange,
+                       const collective::AllreduceOptions& options);
 
 }  // namespace detcoll::testing

@@ -35,7 +35,7 @@
 namespace detcoll {
 namespace {
 
-using collective::Communicator;
+using collective::transport::Communicator;
 using testing::Buffer;
 using testing::describe;
 using testing::identity;
@@ -153,7 +153,7 @@ std::vector<RankOutcome> runBoth(Mode mode, const std::vector<Buffer>& leaves,
   const int p = static_cast<int>(placement.size());
   const int64_t total = totalOf(placement);
   std::vector<RankOutcome> outcome(p);
-  const Status spawned = collective::spawn(p, [&](Communicator& comm) {
+  const Status spawned = collective::transport::spawn(p, [&](Communicator& comm) {
     const int r = comm.rank();
     const std::vector<int>& mine = placement[r];
     const int n = static_cast<int>(mine.size());

@@ -27,7 +27,7 @@ using testing::sameBits;
 using testing::untouched;
 
 using collective::Collectives;
-using collective::Communicator;
+using collective::transport::Communicator;
 using testing::randomBuffer;
 
 // A failing allreduce: every rank calls `bad`, which must fail the same way everywhere and leave

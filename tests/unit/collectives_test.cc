@@ -32,7 +32,7 @@ using testing::untouched;
 
 using collective::CallAgreement;
 using collective::Collectives;
-using collective::Communicator;
+using collective::transport::Communicator;
 using testing::randomBuffer;
 
 // Allreduce ----------------------------------------------------------------------------------

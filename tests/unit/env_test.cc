@@ -13,8 +13,8 @@
 namespace detcoll {
 namespace {
 
-using capi::Config;
-using capi::loadConfig;
+using bindings::c::Config;
+using bindings::c::loadConfig;
 
 class FakeEnvironment {
  public:

@@ -41,8 +41,8 @@
 namespace detcoll {
 namespace {
 
-using collective::Communicator;
-using collective::ThreadCommunicator;
+using collective::transport::Communicator;
+using collective::transport::ThreadCommunicator;
 using fusion::Clock;
 using fusion::Engine;
 using fusion::EngineOptions;
@@ -70,7 +70,7 @@ constexpr size_t kTail = 16;  // sentinel bytes after each output, which must st
 void runRanks(int p, const std::function<void(Communicator&)>& fn) {
   std::promise<Status> result;
   std::future<Status> done = result.get_future();
-  std::thread ranks([&] { result.set_value(collective::spawn(p, fn)); });
+  std::thread ranks([&] { result.set_value(collective::transport::spawn(p, fn)); });
   if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
     std::fprintf(stderr, "%s: still running after 60 s (hung)\n",
                  ::testing::UnitTest::GetInstance()->current_test_info()->name());

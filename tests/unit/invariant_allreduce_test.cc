@@ -155,7 +155,7 @@ INSTANTIATE_TEST_SUITE_P(FloatTypes, InvariantAllreduceTest, ::testing::ValuesIn
 
 // The invariant allreduce (collective/allreduce.h) of this rank's leaves, called directly.
 Status invariantAllreduce(
-    collective::Communicator& comm, const void* const* leaves, int nleaves, void* recv,
+    collective::transport::Communicator& comm, const void* const* leaves, int nleaves, void* recv,
     size_t count, DataType type, ReduceOp op, int64_t total, size_t segmentBytes,
     collective::InvariantTransport transport = collective::InvariantTransport::kAuto) {
   collective::AllreduceOptions o;
@@ -186,12 +186,13 @@ TEST(InvariantAllreduceDirectTest, PipelineWithFewerElementsThanRanks) {
           const size_t es = dataTypeSize(type);
           std::vector<Buffer> out(p, Buffer(count * es + 16, kSentinel));
           std::vector<Status> status(p);
-          const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
-            const int r = comm.rank();
-            const void* mine[2] = {leaves[2 * r].data(), leaves[2 * r + 1].data()};
-            status[r] = invariantAllreduce(comm, mine, 2, out[r].data(), count, type, op, 2 * p,
-                                           count % 2 ? 64 : 1 << 20);
-          });
+          const Status spawned =
+              collective::transport::spawn(p, [&](collective::transport::Communicator& comm) {
+                const int r = comm.rank();
+                const void* mine[2] = {leaves[2 * r].data(), leaves[2 * r + 1].data()};
+                status[r] = invariantAllreduce(comm, mine, 2, out[r].data(), count, type, op, 2 * p,
+                                               count % 2 ? 64 : 1 << 20);
+              });
           ASSERT_TRUE(spawned.isOk()) << spawned.toString();
           expectEverywhere(Outcome{out, status}, expected, count, type);
         }
@@ -220,16 +221,17 @@ TEST(InvariantAllreduceDirectTest, BothTransportsGiveTheReferenceBits) {
                          (inPlace ? " in place" : ""));
             Outcome o{std::vector<Buffer>(p, Buffer(count * es + 16, kSentinel)),
                       std::vector<Status>(p)};
-            const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
-              const int r = comm.rank();
-              const void* mine[1] = {leaves[r].data()};
-              if (inPlace) {
-                std::memcpy(o.out[r].data(), leaves[r].data(), count * es);
-                mine[0] = o.out[r].data();
-              }
-              o.status[r] = invariantAllreduce(comm, mine, 1, o.out[r].data(), count, type, op, p,
-                                               1024, transport);
-            });
+            const Status spawned =
+                collective::transport::spawn(p, [&](collective::transport::Communicator& comm) {
+                  const int r = comm.rank();
+                  const void* mine[1] = {leaves[r].data()};
+                  if (inPlace) {
+                    std::memcpy(o.out[r].data(), leaves[r].data(), count * es);
+                    mine[0] = o.out[r].data();
+                  }
+                  o.status[r] = invariantAllreduce(comm, mine, 1, o.out[r].data(), count, type, op,
+                                                   p, 1024, transport);
+                });
             ASSERT_TRUE(spawned.isOk()) << spawned.toString();
             expectEverywhere(o, expected, count, type);
           }
@@ -247,13 +249,14 @@ TEST(InvariantAllreduceDirectTest, LeafTransportNeedsOneLeafOnEveryRank) {
   const auto leaves = makeInputs(DataType::kFloat32, 2 * p, count, 5);
   std::vector<Buffer> out(p, Buffer(count * 4, kSentinel));
   std::vector<Status> status(p);
-  const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
-    const int r = comm.rank();
-    const void* mine[2] = {leaves[2 * r].data(), leaves[2 * r + 1].data()};
-    status[r] =
-        invariantAllreduce(comm, mine, 2, out[r].data(), count, DataType::kFloat32, ReduceOp::kSum,
-                           2 * p, 1 << 20, collective::InvariantTransport::kLeaves);
-  });
+  const Status spawned =
+      collective::transport::spawn(p, [&](collective::transport::Communicator& comm) {
+        const int r = comm.rank();
+        const void* mine[2] = {leaves[2 * r].data(), leaves[2 * r + 1].data()};
+        status[r] = invariantAllreduce(comm, mine, 2, out[r].data(), count, DataType::kFloat32,
+                                       ReduceOp::kSum, 2 * p, 1 << 20,
+                                       collective::InvariantTransport::kLeaves);
+      });
   ASSERT_TRUE(spawned.isOk()) << spawned.toString();
   expectSameFailureEverywhere(status, StatusCode::kInternal, {"one leaf on every rank"});
   for (const Buffer& b : out) EXPECT_TRUE(testing::untouched(b));

@@ -31,7 +31,7 @@ using testing::reference;
 using testing::sameBits;
 using testing::untouched;
 
-using collective::Communicator;
+using collective::transport::Communicator;
 using testing::firstDifference;
 
 // The ordered allreduce of one buffer per rank.
@@ -65,7 +65,7 @@ RunResult runOrdered(const std::vector<Buffer>& inputs, size_t count, DataType t
   RunResult result;
   result.outputs.assign(p, Buffer(bytes + kGuard, kSentinel));
   result.statuses.resize(p);
-  result.spawnStatus = collective::spawn(p, [&](Communicator& comm) {
+  result.spawnStatus = collective::transport::spawn(p, [&](Communicator& comm) {
     const int r = comm.rank();
     Buffer& out = result.outputs[r];
     if (inPlace) {
@@ -199,7 +199,7 @@ TEST(OrderedAllreduceTest, SplittingTheBufferDoesNotChangeTheBits) {
         std::sort(cuts.begin(), cuts.end());
         cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
         std::vector<Buffer> pieces(p, Buffer(count * es, kSentinel));
-        Status spawned = collective::spawn(p, [&](Communicator& comm) {
+        Status spawned = collective::transport::spawn(p, [&](Communicator& comm) {
           const int r = comm.rank();
           for (size_t c = 0; c + 1 < cuts.size(); ++c) {
             const size_t begin = cuts[c];
@@ -230,7 +230,7 @@ TEST(OrderedAllreduceTest, ConsecutiveCallsOfChangingSizes) {
   for (size_t i = 0; i < counts.size(); ++i)
     inputs.push_back(makeInputs(type, p, counts[i], 500 + i));
   std::vector<std::vector<Buffer>> outputs(counts.size(), std::vector<Buffer>(p));
-  Status spawned = collective::spawn(p, [&](Communicator& comm) {
+  Status spawned = collective::transport::spawn(p, [&](Communicator& comm) {
     const int r = comm.rank();
     for (size_t i = 0; i < counts.size(); ++i) {
       const size_t segmentBytes = i % 2 ? 512 : (1 << 20);
@@ -269,7 +269,7 @@ TEST(OrderedAllreduceTest, TestDataDetectsReordering) {
 
     std::vector<Buffer> ring(p, Buffer(count * 4));
     std::vector<Buffer> mine(p, Buffer(count * 4));
-    Status spawned = collective::spawn(p, [&](Communicator& comm) {
+    Status spawned = collective::transport::spawn(p, [&](Communicator& comm) {
       const int r = comm.rank();
       Status s = collective::ringAllreduce(
           comm, {inputs[r].data(), ring[r].data(), count, type, ReduceOp::kSum});

@@ -48,10 +48,11 @@ inline Buffer reference(const std::vector<Buffer>& inputs, size_t count, DataTyp
 
 // Runs fn on p ranks as threads, each with its own Collectives over the rank's communicator.
 inline void runRanks(int p, const std::function<void(collective::Collectives&, int rank)>& fn) {
-  const Status spawned = collective::spawn(p, [&](collective::Communicator& comm) {
-    collective::Collectives collectives(comm);
-    fn(collectives, comm.rank());
-  });
+  const Status spawned =
+      collective::transport::spawn(p, [&](collective::transport::Communicator& comm) {
+        collective::Collectives collectives(comm);
+        fn(collectives, comm.rank());
+      });
   ASSERT_TRUE(spawned.isOk()) << spawned.toString();
 }
 
