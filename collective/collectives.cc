@@ -54,8 +54,6 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   const Status local = localChecks(precheck, args, device, *this);
   const int n = local.isOk() ? nleaves : 0;
   const size_t bytes = local.isOk() ? count * dataTypeSize(static_cast<DataType>(dtype)) : 0;
-  const auto type = static_cast<DataType>(dtype);
-  const auto reduceOp = static_cast<ReduceOp>(op);
 
   // Small calls carry this rank's leaves inline with the call description, so that every rank
   // holds every leaf after the agreement and reduces them locally. Device memory never does: it

@@ -25,8 +25,6 @@
 
 namespace detcoll::collective {
 
-class transport::Exchange;
-
 class DevicePath {
  public:
   DevicePath(transport::Communicator& comm, GpuTransport transport);

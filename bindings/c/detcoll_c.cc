@@ -1,4 +1,5 @@
-// The C API over the collective layer: one process-wide runtime, created by detcoll_init.
+// The C API over the collective layer: one process-wide runtime, created by detcoll_init, and the
+// blocking collectives (the asynchronous ones are in detcoll_async.cc).
 
 #include <mpi.h>
 
@@ -22,10 +23,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-struct detcoll_request {
-  detcoll::fusion::RequestPtr request;
-};
-
 namespace detcoll::bindings::c {
 
 static_assert(static_cast<int>(StatusCode::kInternal) == DETCOLL_ERR_INTERNAL);
@@ -44,8 +41,6 @@ thread_local std::string t_lastError;
 thread_local std::string t_rejection;  // detcoll_reject_next_call's reason, until a call takes it
 }  // namespace
 
-// The pending rejection of this thread's next collective as a failed local check, or ok; taking
-// it clears it.
 Status takeRejection() {
   if (t_rejection.empty()) return Status::ok();
   Status rejected = Status::invalidArgument(t_rejection);
@@ -120,12 +115,12 @@ Status BufferPlace::add(const void* pointer, const std::string& what) {
   return Status::ok();
 }
 
-namespace {
-
 Mode currentMode() {
   if (g_modeOverride) return *g_modeOverride;
   return g_runtime ? g_runtime->config.collective.mode : Mode::kOrdered;
 }
+
+namespace {
 
 // DETCOLL_GPU_TRANSPORT, the same on every rank (a rank staging through host memory while another
 // runs NCCL would wait forever); nccl in a build without NCCL fails init on every rank.
@@ -209,99 +204,6 @@ Status initialize() {
                      << runtime->comm->size() << ", mode " << modeName(mode);
   g_runtime = std::move(runtime);
   return Status::ok();
-}
-
-// The engine, or why there is none.
-Status engineFor(const char* call, fusion::Engine** engine) {
-  if (!g_runtime) return notInitialized(call);
-  if (!g_runtime->engine) {
-    return Status::invalidArgument(std::string(call) + ": " + g_runtime->noEngine);
-  }
-  *engine = g_runtime->engine.get();
-  return Status::ok();
-}
-
-// A request's spec from the caller's raw values; what is wrong with them goes into localError,
-// so that the request still fails on every rank.
-fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* recv, size_t count,
-                             int dtype, int op, int root, const char* name) {
-  fusion::RequestSpec spec;
-  spec.name = name != nullptr && name[0] != '\0'
-                  ? std::string(name)
-                  : "detcoll.noname." + std::to_string(g_runtime->unnamed++);
-  spec.send = send;
-  spec.recv = recv;
-  fusion::Descriptor& d = spec.descriptor;
-  d.kind = kind;
-  d.count = count;
-  d.root = root;
-  d.mode = currentMode();
-  // The raw dtype and op through the one check of a call's arguments: a descriptor holds valid
-  // values only (the engine checks the rest of a valid request itself).
-  collective::CallArguments call;
-  call.kind = kind == fusion::RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
-              : kind == fusion::RequestKind::kBroadcast ? collective::CallKind::kBroadcast
-                                                        : collective::CallKind::kAllgather;
-  call.leaves = &spec.send;
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
-  call.root = root;
-  const Status checked =
-      collective::checkCall(call, g_runtime->comm->rank(), g_runtime->comm->size());
-  spec.localError = checked.message();
-  if (isValidDataType(dtype)) d.type = static_cast<DataType>(dtype);
-  if (kind == fusion::RequestKind::kAllreduce && isValidReduceOp(op)) {
-    d.op = static_cast<ReduceOp>(op);
-  }
-  // The fusion engine packs host buffers; device buffers take the blocking calls.
-  const char* why =
-      "asynchronous requests take host memory; detcoll_allreduce, detcoll_broadcast and "
-      "detcoll_allgather take device memory";
-  Status memory = checkHostMemory(send, "sendbuf", why);
-  if (memory.isOk()) {
-    memory =
-        checkHostMemory(recv, kind == fusion::RequestKind::kBroadcast ? "buf" : "recvbuf", why);
-  }
-  if (!memory.isOk() && spec.localError.empty()) spec.localError = memory.message();
-  return spec;
-}
-
-// Enqueues n requests, spec(i) built once the runtime is known to exist, as one group;
-// handles[i] for each, all NULL on error.
-detcoll_status_t enqueue(const char* call, size_t n,
-                         const std::function<fusion::RequestSpec(size_t)>& spec,
-                         detcoll_handle_t* handles) {
-  const Status rejected = takeRejection();
-  fusion::Engine* engine = nullptr;
-  if (Status s = engineFor(call, &engine); !s.isOk()) return finish(s);
-  std::vector<fusion::RequestSpec> specs;
-  for (size_t i = 0; i < n; ++i) {
-    specs.push_back(spec(i));
-    if (!rejected.isOk()) specs.back().localError = rejected.message();
-  }
-  std::vector<fusion::RequestPtr> requests;
-  const Status status = engine->enqueueGroup(std::move(specs), nullptr, &requests);
-  if (!status.isOk()) return finish(status.prefixed(call));
-  for (size_t i = 0; i < n; ++i) handles[i] = new detcoll_request{requests[i]};
-  return DETCOLL_SUCCESS;
-}
-
-// One asynchronous request of the C API.
-detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const void* send,
-                            void* recv, size_t count, int dtype, int op, int root, const char* name,
-                            detcoll_handle_t* handle) {
-  if (handle == nullptr) {
-    static_cast<void>(
-        takeRejection());  // the call fails here, on this rank; the rejection is spent
-    return finish(Status::invalidArgument(std::string(call) + ": handle is null"));
-  }
-  *handle = nullptr;
-  return enqueue(
-      call, 1, [&](size_t) { return makeSpec(kind, send, recv, count, dtype, op, root, name); },
-      handle);
 }
 
 }  // namespace
@@ -444,77 +346,6 @@ const char* detcoll_last_error(void) {
 detcoll_status_t detcoll_reject_next_call(const char* reason) {
   t_rejection = reason != nullptr ? std::string(reason) : std::string();
   return DETCOLL_SUCCESS;
-}
-
-detcoll_status_t detcoll_allreduce_async(const void* sendbuf, void* recvbuf, size_t count,
-                                         detcoll_dtype_t dtype, detcoll_op_t op, const char* name,
-                                         detcoll_handle_t* handle) {
-  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
-  return enqueueOne("detcoll_allreduce_async", fusion::RequestKind::kAllreduce, sendbuf, recvbuf,
-                    count, static_cast<int>(dtype), static_cast<int>(op), 0, name, handle);
-}
-
-detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendbufs,
-                                                 void* const* recvbufs, const size_t* counts,
-                                                 detcoll_dtype_t dtype, detcoll_op_t op,
-                                                 const char* const* names,
-                                                 detcoll_handle_t* handles) {
-  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
-  const char* call = "detcoll_grouped_allreduce_async";
-  if (handles == nullptr || n < 1 || sendbufs == nullptr || recvbufs == nullptr ||
-      counts == nullptr) {
-    static_cast<void>(
-        takeRejection());  // the call fails below, on this rank; the rejection is spent
-  }
-  if (handles == nullptr)
-    return finish(Status::invalidArgument(std::string(call) + ": handles is null"));
-  if (n < 1) {
-    return finish(Status::invalidArgument(std::string(call) + ": n is " + std::to_string(n) +
-                                          "; a group needs at least one request"));
-  }
-  for (int i = 0; i < n; ++i) handles[i] = nullptr;
-  if (sendbufs == nullptr || recvbufs == nullptr || counts == nullptr) {
-    return finish(Status::invalidArgument(std::string(call) +
-                                          ": sendbufs, recvbufs and counts must not be null"));
-  }
-  return enqueue(
-      call, static_cast<size_t>(n),
-      [&](size_t i) {
-        return makeSpec(fusion::RequestKind::kAllreduce, sendbufs[i], recvbufs[i], counts[i],
-                        static_cast<int>(dtype), static_cast<int>(op), 0,
-                        names != nullptr ? names[i] : nullptr);
-      },
-      handles);
-}
-
-detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, detcoll_dtype_t dtype, int root,
-                                         const char* name, detcoll_handle_t* handle) {
-  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
-  return enqueueOne("detcoll_broadcast_async", fusion::RequestKind::kBroadcast, nullptr, buf, count,
-                    static_cast<int>(dtype), 0, root, name, handle);
-}
-
-detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf, size_t count,
-                                         detcoll_dtype_t dtype, const char* name,
-                                         detcoll_handle_t* handle) {
-  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
-  return enqueueOne("detcoll_allgather_async", fusion::RequestKind::kAllgather, sendbuf, recvbuf,
-                    count, static_cast<int>(dtype), 0, 0, name, handle);
-}
-
-detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done) {
-  if (handle == nullptr || done == nullptr) {
-    return finish(Status::invalidArgument("detcoll_poll: handle and done must not be null"));
-  }
-  *done = handle->request->done() ? 1 : 0;
-  return DETCOLL_SUCCESS;
-}
-
-detcoll_status_t detcoll_wait(detcoll_handle_t handle) {
-  if (handle == nullptr) return finish(Status::invalidArgument("detcoll_wait: handle is null"));
-  const Status status = handle->request->wait();
-  delete handle;
-  return finish(status);
 }
 
 }  // extern "C"

@@ -1,7 +1,8 @@
 #pragma once
 
-// The process-wide state behind the C API, shared by its source files (detcoll_c.cc: init,
-// collectives and requests; detcoll_rng.cc: seeds and random fills). Not installed.
+// The process-wide state behind the C API, shared by its source files (detcoll_c.cc: init and
+// the blocking collectives; detcoll_async.cc: requests; detcoll_rng.cc: seeds and random fills;
+// detcoll_ops.cc: the deterministic ops). Not installed.
 
 #include <atomic>
 #include <cstdint>
@@ -48,6 +49,11 @@ extern std::unique_ptr<Runtime> g_runtime;
 detcoll_status_t finish(const Status& status);
 // "<call> called before detcoll_init".
 Status notInitialized(const char* call);
+// The pending rejection of this thread's next collective (detcoll_reject_next_call) as a failed
+// local check, or ok; taking it clears it.
+Status takeRejection();
+// The determinism mode of the next call: detcoll_set_mode's, else DETCOLL_DETERMINISM's.
+Mode currentMode();
 // The root seed at init: DETCOLL_SEED (the same on every rank) or a value drawn on rank 0,
 // agreed by every rank; the counters start empty. Collective.
 Status initializeRandomState(Runtime& runtime);

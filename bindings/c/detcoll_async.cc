@@ -1,0 +1,191 @@
+// The C API's asynchronous requests, served by the fusion engine (fusion/engine.h): allreduce,
+// grouped allreduce, broadcast and allgather enqueued by name, polled and waited for.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bindings/c/detcoll.h"
+#include "bindings/c/runtime.h"
+#include "collective/call_checks.h"
+
+struct detcoll_request {
+  detcoll::fusion::RequestPtr request;
+};
+
+namespace detcoll::bindings::c {
+namespace {
+
+// The engine, or why there is none.
+Status engineFor(const char* call, fusion::Engine** engine) {
+  if (!g_runtime) return notInitialized(call);
+  if (!g_runtime->engine) {
+    return Status::invalidArgument(std::string(call) + ": " + g_runtime->noEngine);
+  }
+  *engine = g_runtime->engine.get();
+  return Status::ok();
+}
+
+// A request's spec from the caller's raw values; what is wrong with them goes into localError,
+// so that the request still fails on every rank.
+fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* recv, size_t count,
+                             int dtype, int op, int root, const char* name) {
+  fusion::RequestSpec spec;
+  spec.name = name != nullptr && name[0] != '\0'
+                  ? std::string(name)
+                  : "detcoll.noname." + std::to_string(g_runtime->unnamed++);
+  spec.send = send;
+  spec.recv = recv;
+  fusion::Descriptor& d = spec.descriptor;
+  d.kind = kind;
+  d.count = count;
+  d.root = root;
+  d.mode = currentMode();
+  // The raw dtype and op through the one check of a call's arguments: a descriptor holds valid
+  // values only (the engine checks the rest of a valid request itself).
+  collective::CallArguments call;
+  call.kind = kind == fusion::RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
+              : kind == fusion::RequestKind::kBroadcast ? collective::CallKind::kBroadcast
+                                                        : collective::CallKind::kAllgather;
+  call.leaves = &spec.send;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.root = root;
+  const Status checked =
+      collective::checkCall(call, g_runtime->comm->rank(), g_runtime->comm->size());
+  spec.localError = checked.message();
+  if (isValidDataType(dtype)) d.type = static_cast<DataType>(dtype);
+  if (kind == fusion::RequestKind::kAllreduce && isValidReduceOp(op)) {
+    d.op = static_cast<ReduceOp>(op);
+  }
+  // The fusion engine packs host buffers; device buffers take the blocking calls.
+  const char* why =
+      "asynchronous requests take host memory; detcoll_allreduce, detcoll_broadcast and "
+      "detcoll_allgather take device memory";
+  Status memory = checkHostMemory(send, "sendbuf", why);
+  if (memory.isOk()) {
+    memory =
+        checkHostMemory(recv, kind == fusion::RequestKind::kBroadcast ? "buf" : "recvbuf", why);
+  }
+  if (!memory.isOk() && spec.localError.empty()) spec.localError = memory.message();
+  return spec;
+}
+
+// Enqueues n requests, spec(i) built once the runtime is known to exist, as one group;
+// handles[i] for each, all NULL on error.
+detcoll_status_t enqueue(const char* call, size_t n,
+                         const std::function<fusion::RequestSpec(size_t)>& spec,
+                         detcoll_handle_t* handles) {
+  const Status rejected = takeRejection();
+  fusion::Engine* engine = nullptr;
+  if (Status s = engineFor(call, &engine); !s.isOk()) return finish(s);
+  std::vector<fusion::RequestSpec> specs;
+  for (size_t i = 0; i < n; ++i) {
+    specs.push_back(spec(i));
+    if (!rejected.isOk()) specs.back().localError = rejected.message();
+  }
+  std::vector<fusion::RequestPtr> requests;
+  const Status status = engine->enqueueGroup(std::move(specs), nullptr, &requests);
+  if (!status.isOk()) return finish(status.prefixed(call));
+  for (size_t i = 0; i < n; ++i) handles[i] = new detcoll_request{requests[i]};
+  return DETCOLL_SUCCESS;
+}
+
+// One asynchronous request of the C API.
+detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const void* send,
+                            void* recv, size_t count, int dtype, int op, int root, const char* name,
+                            detcoll_handle_t* handle) {
+  if (handle == nullptr) {
+    static_cast<void>(
+        takeRejection());  // the call fails here, on this rank; the rejection is spent
+    return finish(Status::invalidArgument(std::string(call) + ": handle is null"));
+  }
+  *handle = nullptr;
+  return enqueue(
+      call, 1, [&](size_t) { return makeSpec(kind, send, recv, count, dtype, op, root, name); },
+      handle);
+}
+
+}  // namespace
+}  // namespace detcoll::bindings::c
+
+using namespace detcoll;
+using namespace detcoll::bindings::c;
+
+extern "C" {
+
+detcoll_status_t detcoll_allreduce_async(const void* sendbuf, void* recvbuf, size_t count,
+                                         detcoll_dtype_t dtype, detcoll_op_t op, const char* name,
+                                         detcoll_handle_t* handle) {
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
+  return enqueueOne("detcoll_allreduce_async", fusion::RequestKind::kAllreduce, sendbuf, recvbuf,
+                    count, static_cast<int>(dtype), static_cast<int>(op), 0, name, handle);
+}
+
+detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendbufs,
+                                                 void* const* recvbufs, const size_t* counts,
+                                                 detcoll_dtype_t dtype, detcoll_op_t op,
+                                                 const char* const* names,
+                                                 detcoll_handle_t* handles) {
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
+  const char* call = "detcoll_grouped_allreduce_async";
+  if (handles == nullptr || n < 1 || sendbufs == nullptr || recvbufs == nullptr ||
+      counts == nullptr) {
+    static_cast<void>(
+        takeRejection());  // the call fails below, on this rank; the rejection is spent
+  }
+  if (handles == nullptr)
+    return finish(Status::invalidArgument(std::string(call) + ": handles is null"));
+  if (n < 1) {
+    return finish(Status::invalidArgument(std::string(call) + ": n is " + std::to_string(n) +
+                                          "; a group needs at least one request"));
+  }
+  for (int i = 0; i < n; ++i) handles[i] = nullptr;
+  if (sendbufs == nullptr || recvbufs == nullptr || counts == nullptr) {
+    return finish(Status::invalidArgument(std::string(call) +
+                                          ": sendbufs, recvbufs and counts must not be null"));
+  }
+  return enqueue(
+      call, static_cast<size_t>(n),
+      [&](size_t i) {
+        return makeSpec(fusion::RequestKind::kAllreduce, sendbufs[i], recvbufs[i], counts[i],
+                        static_cast<int>(dtype), static_cast<int>(op), 0,
+                        names != nullptr ? names[i] : nullptr);
+      },
+      handles);
+}
+
+detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, detcoll_dtype_t dtype, int root,
+                                         const char* name, detcoll_handle_t* handle) {
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
+  return enqueueOne("detcoll_broadcast_async", fusion::RequestKind::kBroadcast, nullptr, buf, count,
+                    static_cast<int>(dtype), 0, root, name, handle);
+}
+
+detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf, size_t count,
+                                         detcoll_dtype_t dtype, const char* name,
+                                         detcoll_handle_t* handle) {
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
+  return enqueueOne("detcoll_allgather_async", fusion::RequestKind::kAllgather, sendbuf, recvbuf,
+                    count, static_cast<int>(dtype), 0, 0, name, handle);
+}
+
+detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done) {
+  if (handle == nullptr || done == nullptr) {
+    return finish(Status::invalidArgument("detcoll_poll: handle and done must not be null"));
+  }
+  *done = handle->request->done() ? 1 : 0;
+  return DETCOLL_SUCCESS;
+}
+
+detcoll_status_t detcoll_wait(detcoll_handle_t handle) {
+  if (handle == nullptr) return finish(Status::invalidArgument("detcoll_wait: handle is null"));
+  const Status status = handle->request->wait();
+  delete handle;
+  return finish(status);
+}
+
+}  // extern "C"
