@@ -67,17 +67,8 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
     payload = payload_.data();
     payloadBytes = n * bytes;
   }
-  CallDescription call;
-  call.kind = CallKind::kAllreduce;
-  call.name = name ? name : "";
-  call.mode = static_cast<int>(mode);
-  call.dtype = dtype;
-  call.op = op;
-  call.leaves = std::max(n, 1);
-  call.count = count;
-  call.device = device >= 0;
-  call.local = local;
-  DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, payload, payloadBytes));
+  DETCOLL_RETURN_IF_ERROR(agree(args, name, static_cast<int>(mode), std::max(n, 1), local, device,
+                                payload, payloadBytes));
   const int p = comm_.size();
   int64_t total = 0;
   for (int j = 0; j < p; ++j) total += agreement_.leaves(j);
@@ -124,15 +115,8 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
   args.count = count;
   args.dtype = dtype;
   args.root = root;
-  CallDescription call;
-  call.kind = CallKind::kBroadcast;
-  call.name = name ? name : "";
-  call.dtype = dtype;
-  call.root = root;
-  call.count = count;
-  call.device = device >= 0;
-  call.local = localChecks(precheck, args, device, *this);
-  DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
+  DETCOLL_RETURN_IF_ERROR(
+      agree(args, name, 0, 1, localChecks(precheck, args, device, *this), device));
   if (count == 0) return Status::ok();
   const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
   if (device >= 0) return devicePath().broadcast(data, bytes, root, device);
@@ -151,14 +135,8 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
   args.recv = recv;
   args.count = count;
   args.dtype = dtype;
-  CallDescription call;
-  call.kind = CallKind::kAllgather;
-  call.name = name ? name : "";
-  call.dtype = dtype;
-  call.count = count;
-  call.device = device >= 0;
-  call.local = localChecks(precheck, args, device, *this);
-  DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, nullptr, 0));
+  DETCOLL_RETURN_IF_ERROR(
+      agree(args, name, 0, 1, localChecks(precheck, args, device, *this), device));
   if (count == 0) return Status::ok();
   const size_t bytes = count * dataTypeSize(static_cast<DataType>(dtype));
   if (device >= 0) return devicePath().allgather(send, recv, bytes, device);
@@ -167,6 +145,23 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
   o.recv = recv;
   o.bytes = bytes;
   return collective::allgather(comm_, o);
+}
+
+Status Collectives::agree(const CallArguments& args, const char* name, int mode, int leaves,
+                          const Status& local, int device, const void* payload,
+                          size_t payloadBytes) {
+  CallDescription call;
+  call.kind = args.kind;
+  call.name = name ? name : "";
+  call.mode = mode;
+  call.dtype = args.dtype;
+  call.op = args.op;
+  call.root = args.root;
+  call.leaves = leaves;
+  call.count = args.count;
+  call.device = device >= 0;
+  call.local = local;
+  return agreement_.agree(comm_, call, payload, payloadBytes);
 }
 
 void Collectives::setCudaStream(void* stream) {

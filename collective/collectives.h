@@ -14,6 +14,7 @@
 
 #include "collective/allreduce.h"
 #include "collective/call_agreement.h"
+#include "collective/call_checks.h"
 #include "collective/device_path.h"
 #include "collective/settings.h"
 #include "collective/transport/communicator.h"
@@ -67,6 +68,10 @@ class Collectives {
   Status reduce(Mode mode, const void* const* leaves, int nleaves, void* recv, size_t count,
                 int dtype, int op, const char* name, const Status& precheck, bool single,
                 int device);
+  // The call agreement on the call `args` describes, with this rank's local checks' verdict.
+  Status agree(const CallArguments& args, const char* name, int mode, int leaves,
+               const Status& local, int device, const void* payload = nullptr,
+               size_t payloadBytes = 0);
 
   transport::Communicator& comm_;
   CallAgreement agreement_;
