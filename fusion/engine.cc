@@ -136,18 +136,10 @@ Status Engine::start() {
 std::string Engine::localCheck(const RequestSpec& spec) const {
   if (!spec.localError.empty()) return spec.localError;
   const Descriptor& d = spec.descriptor;
-  collective::CallArguments call;
-  call.kind = d.kind == RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
-              : d.kind == RequestKind::kBroadcast ? collective::CallKind::kBroadcast
-                                                  : collective::CallKind::kAllgather;
-  call.leaves = &spec.send;
-  call.send = spec.send;
-  call.recv = spec.recv;
-  call.count = d.count;
-  call.dtype = static_cast<int>(d.type);
-  call.op = static_cast<int>(d.op);
-  call.root = d.root;
-  return collective::checkCall(call, comm_.rank(), comm_.size()).message();
+  return collective::checkCall(
+             callArguments(spec, static_cast<int>(d.type), static_cast<int>(d.op)), comm_.rank(),
+             comm_.size())
+      .message();
 }
 
 Status Engine::enqueue(RequestSpec spec, Request::Callback callback, RequestPtr* request) {

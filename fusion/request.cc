@@ -51,4 +51,20 @@ void Request::complete(Status status) {
   cv_.notify_all();
 }
 
+collective::CallArguments callArguments(const RequestSpec& spec, int dtype, int op) {
+  const Descriptor& d = spec.descriptor;
+  collective::CallArguments call;
+  call.kind = d.kind == RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
+              : d.kind == RequestKind::kBroadcast ? collective::CallKind::kBroadcast
+                                                  : collective::CallKind::kAllgather;
+  call.leaves = &spec.send;
+  call.send = spec.send;
+  call.recv = spec.recv;
+  call.count = d.count;
+  call.dtype = dtype;
+  call.op = op;
+  call.root = d.root;
+  return call;
+}
+
 }  // namespace detcoll::fusion

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "collective/call_checks.h"
 #include "common/dtype.h"
 #include "common/status.h"
 
@@ -54,6 +55,10 @@ struct RequestSpec {
   // negotiated, so that it fails on every rank.
   std::string localError;
 };
+
+// The request as the one check of a call's arguments takes it (collective/call_checks.h), its
+// dtype and op given as raw values (a caller's, valid or not, or the descriptor's).
+collective::CallArguments callArguments(const RequestSpec& spec, int dtype, int op);
 
 using Clock = std::chrono::steady_clock;
 

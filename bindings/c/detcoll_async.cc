@@ -7,7 +7,6 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
-#include "collective/call_checks.h"
 
 struct detcoll_request {
   detcoll::fusion::RequestPtr request;
@@ -43,20 +42,9 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
   d.mode = currentMode();
   // The raw dtype and op through the one check of a call's arguments: a descriptor holds valid
   // values only (the engine checks the rest of a valid request itself).
-  collective::CallArguments call;
-  call.kind = kind == fusion::RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
-              : kind == fusion::RequestKind::kBroadcast ? collective::CallKind::kBroadcast
-                                                        : collective::CallKind::kAllgather;
-  call.leaves = &spec.send;
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
-  call.root = root;
-  const Status checked =
-      collective::checkCall(call, g_runtime->comm->rank(), g_runtime->comm->size());
-  spec.localError = checked.message();
+  spec.localError = collective::checkCall(fusion::callArguments(spec, dtype, op),
+                                          g_runtime->comm->rank(), g_runtime->comm->size())
+                        .message();
   if (isValidDataType(dtype)) d.type = static_cast<DataType>(dtype);
   if (kind == fusion::RequestKind::kAllreduce && isValidReduceOp(op)) {
     d.op = static_cast<ReduceOp>(op);
