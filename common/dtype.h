@@ -21,7 +21,7 @@ enum class DataType : int {
 // Reduction operators. Values equal detcoll_op_t.
 enum class ReduceOp : int { kSum = 0, kAverage = 1, kMin = 2, kMax = 3 };
 
-// Determinism modes (DESIGN.md section 1). Values equal detcoll_mode_t.
+// Determinism modes (docs/design.md, "The determinism contract"). Values equal detcoll_mode_t.
 enum class Mode : int { kNative = 0, kOrdered = 1, kInvariant = 2 };
 
 bool isValidDataType(int value);

@@ -1,6 +1,6 @@
 #pragma once
 
-// The fixed-point codec of the invariant mode (DESIGN.md section 1).
+// The fixed-point codec of the invariant mode (docs/design.md, "The invariant mode").
 //
 // Each element has its own scale (blocks of one element): its key is the largest biased exponent
 // of that element over every leaf on every rank, agreed by an exact max-reduction. Every leaf

@@ -1,6 +1,6 @@
 #pragma once
 
-// The rank-order fold: the numeric heart of the ordered mode (DESIGN.md section 1).
+// The rank-order fold: the numeric heart of the ordered mode (docs/design.md, "The ordered mode").
 //
 //   out[i] = finish( (((x_0[i] op x_1[i]) op x_2[i]) op ... ) op x_{k-1}[i] )
 //

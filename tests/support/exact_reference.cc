@@ -20,7 +20,8 @@
 namespace detcoll::testing {
 namespace {
 
-// H of DESIGN.md: the grid of an element is 2^(e + 1 - 62 + H), e the largest leaf's exponent.
+// H of docs/design.md ("The invariant mode"): the grid of an element is 2^(e + 1 - 62 + H), e the
+// largest leaf's exponent.
 constexpr int kHeadroom = 16;
 constexpr int kGridBits = 62 - kHeadroom;  // 46
 
