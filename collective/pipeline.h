@@ -186,10 +186,11 @@ class Pipeline {
         s_.input ? nullptr : k_.template alloc<char>(static_cast<int64_t>(step * s_.inBytes));
     for (size_t begin = 0; begin < s_.count; begin += step) {
       const size_t n = std::min(step, s_.count - begin);
-      const char* piece = static_cast<const char*>(s_.input) + begin * s_.inBytes;
-      if (!s_.input) {
+      const char* piece = encoded;
+      if (s_.input) {
+        piece = static_cast<const char*>(s_.input) + begin * s_.inBytes;
+      } else {
         s_.encode(begin, n, encoded);
-        piece = encoded;
       }
       Pieces pieces;
       pieces.own = 0;
