@@ -75,7 +75,7 @@ Status verdict(const std::vector<Status>& statuses) {
 }
 
 Status Agreement::exchange(transport::Communicator& comm, char* slots, const size_t* bytes,
-                           size_t capacity) {
+                           size_t capacity, std::vector<size_t>* received) {
   const int p = comm.size();
   const int rank = comm.rank();
   transfers_.clear();
@@ -88,13 +88,21 @@ Status Agreement::exchange(transport::Communicator& comm, char* slots, const siz
       transfers_.push_back(comm.isend(slots + rank * capacity, bytes[rank], j, kTagAgreement));
     }
   }
-  const Status status = transport::waitAll(transfers_.data(), transfers_.size());
+  // The receives one by one, for their sizes; every transfer waited for, even after a failure.
+  received->assign(p, bytes[rank]);
+  Status status;
+  for (int j = 0, t = 0; j < p; ++j) {
+    if (j == rank) continue;
+    const Status s = transfers_[t++]->wait(&(*received)[j]);
+    if (status.isOk()) status = s;
+  }
+  const Status sent = transport::waitAll(transfers_.data() + (p - 1), p - 1);
   transfers_.clear();
-  return status;
+  return status.isOk() ? sent : status;
 }
 
 Status Agreement::exchangeRecords(transport::Communicator& comm, const void* record, size_t bytes,
-                                  size_t capacity) {
+                                  size_t capacity, size_t minimum) {
   const int p = comm.size();
   const int rank = comm.rank();
   if (bytes > capacity) return Status::internal("an agreement record exceeds its capacity");
@@ -105,7 +113,18 @@ Status Agreement::exchangeRecords(transport::Communicator& comm, const void* rec
   // Receives take up to `capacity`; this rank sends its `bytes`.
   std::vector<size_t> sizes(p, capacity);
   sizes[rank] = bytes;
-  return exchange(comm, records_.data(), sizes.data(), capacity);
+  std::vector<size_t> received;
+  DETCOLL_RETURN_IF_ERROR(exchange(comm, records_.data(), sizes.data(), capacity, &received));
+  // A record shorter than any of this agreement's is another agreement's: ranks out of step.
+  for (int j = 0; j < p; ++j) {
+    if (received[j] < minimum) {
+      return Status::mismatch("rank " + std::to_string(j) + " sent a record of " +
+                              std::to_string(received[j]) + " bytes where this agreement's " +
+                              "take at least " + std::to_string(minimum) +
+                              ": the ranks are in different agreements");
+    }
+  }
+  return Status::ok();
 }
 
 Status Agreement::exchangeTexts(transport::Communicator& comm, const std::vector<std::string>& mine,
@@ -124,13 +143,14 @@ Status Agreement::exchangeTexts(transport::Communicator& comm, const std::vector
   std::vector<uint64_t> sizes(p, 0);
   sizes[rank] = blob.size();
   std::vector<size_t> eight(p, sizeof(uint64_t));
-  DETCOLL_RETURN_IF_ERROR(
-      exchange(comm, reinterpret_cast<char*>(sizes.data()), eight.data(), sizeof(uint64_t)));
+  std::vector<size_t> received;
+  DETCOLL_RETURN_IF_ERROR(exchange(comm, reinterpret_cast<char*>(sizes.data()), eight.data(),
+                                   sizeof(uint64_t), &received));
   const size_t slot = std::max<size_t>(1, *std::max_element(sizes.begin(), sizes.end()));
   std::vector<char> blobs(p * slot);
   if (!blob.empty()) std::memcpy(blobs.data() + rank * slot, blob.data(), blob.size());
   const std::vector<size_t> exact(sizes.begin(), sizes.end());
-  DETCOLL_RETURN_IF_ERROR(exchange(comm, blobs.data(), exact.data(), slot));
+  DETCOLL_RETURN_IF_ERROR(exchange(comm, blobs.data(), exact.data(), slot, &received));
   all->assign(p, {});
   for (int j = 0; j < p; ++j) {
     const char* at = blobs.data() + j * slot;
@@ -152,7 +172,7 @@ Status Agreement::exchangeTexts(transport::Communicator& comm, const std::vector
 Status agreeOnStatus(transport::Communicator& comm, const Status& local) {
   const auto code = static_cast<uint8_t>(local.code());
   Agreement agreement;
-  DETCOLL_RETURN_IF_ERROR(agreement.exchangeRecords(comm, &code, 1, 1));
+  DETCOLL_RETURN_IF_ERROR(agreement.exchangeRecords(comm, &code, 1, 1, 1));
   bool failed = false;
   for (int r = 0; r < comm.size(); ++r) failed = failed || agreement.record(r)[0] != 0;
   if (!failed) return Status::ok();

@@ -62,9 +62,10 @@ Status verdict(const std::vector<Status>& statuses);
 class Agreement {
  public:
   // Sends `bytes` of `record` to every rank and receives every rank's record, each at most
-  // `capacity` bytes; record(j) is then rank j's (this rank's own too).
+  // `capacity` bytes; record(j) is then rank j's (this rank's own too). A record shorter than
+  // `minimum` is a mismatch: that rank is in another agreement.
   Status exchangeRecords(transport::Communicator& comm, const void* record, size_t bytes,
-                         size_t capacity);
+                         size_t capacity, size_t minimum);
   const char* record(int rank) const { return records_.data() + rank * capacity_; }
 
   // Every rank's texts (any number of any length). Called by every rank or by none: the ranks
@@ -73,7 +74,9 @@ class Agreement {
                        std::vector<std::vector<std::string>>* all);
 
  private:
-  Status exchange(transport::Communicator& comm, char* slots, const size_t* bytes, size_t capacity);
+  // *received: the bytes each rank sent.
+  Status exchange(transport::Communicator& comm, char* slots, const size_t* bytes, size_t capacity,
+                  std::vector<size_t>* received);
 
   std::vector<char> records_;
   size_t capacity_ = 0;

@@ -67,6 +67,23 @@ struct AllreduceOptions {
 // The CPU path: host buffers, the CPU's kernels, over the communicator.
 Status allreduce(transport::Communicator& comm, const AllreduceOptions& options);
 
+// Whether the mode reduces leaves that travelled with the call agreement locally (native does
+// not: the backend's own allreduce is its point).
+inline bool reducesGatheredLeaves(Mode mode) {
+  return mode != Mode::kNative;
+}
+
+// The agreed number of leaves over every rank, checked: the invariant mode sums at most
+// kernels::kMaxLeaves leaves exactly, whatever the count.
+inline Status checkTotalLeaves(Mode mode, int64_t total) {
+  if (mode == Mode::kInvariant && total > kernels::kMaxLeaves) {
+    return Status::invalidArgument(std::to_string(total) +
+                                   " leaves in total; the invariant mode sums at most " +
+                                   std::to_string(kernels::kMaxLeaves) + " exactly");
+  }
+  return Status::ok();
+}
+
 namespace modes {
 
 // Whether every leaf is 16-byte aligned from element `begin` on.
@@ -103,7 +120,7 @@ Status native(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, int
     k.fold(o.recv, k.table(sum, 1), 1, static_cast<int64_t>(o.count), o.type, ReduceOp::kAverage,
            total, kernels::aligned16({o.recv}));
   }
-  return k.status();
+  return Status::ok();
 }
 
 template <typename Kernels>
@@ -120,7 +137,7 @@ Status ordered(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, in
     }
     k.fold(o.recv, k.table(contributions.data(), p), p, static_cast<int64_t>(o.count), o.type, o.op,
            total, false);
-    return k.status();
+    return Status::ok();
   }
   Stage s;
   s.count = o.count;
@@ -205,7 +222,7 @@ Status invariantEncodings(Kernels& k, transport::Exchange& x, const AllreduceOpt
     };
     DETCOLL_RETURN_IF_ERROR(runStage(k, x, s));
   }
-  return k.status();
+  return Status::ok();
 }
 
 template <typename Kernels>
@@ -214,7 +231,7 @@ Status invariant(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, 
     // Every leaf of every rank, reduced here.
     k.invariantLocal(o.recv, k.table(o.gathered->leaves.data(), static_cast<int>(total)),
                      static_cast<int>(total), static_cast<int64_t>(o.count), o.type, o.op, false);
-    return k.status();
+    return Status::ok();
   }
   // Each rank holds at least one leaf, so every rank holds exactly one when the total is P.
   const bool oneLeafEach = total == x.size();
@@ -234,20 +251,30 @@ Status invariant(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, 
 
 }  // namespace modes
 
-// The allreduce of o.mode over this rank's leaves, with these kernels over this exchange.
+// The allreduce of o.mode over this rank's leaves, with these kernels over this exchange. A
+// kernel that failed on any rank fails the call on every rank (the last agreement), so that no
+// rank takes a result another rank did not finish for success.
 template <typename Kernels>
 Status allreduceWith(Kernels& k, transport::Exchange& x, const AllreduceOptions& o) {
-  if (o.count == 0) return Status::ok();
   const int64_t total = o.totalLeaves > 0 ? o.totalLeaves : x.size();
+  DETCOLL_RETURN_IF_ERROR(checkTotalLeaves(o.mode, total));
+  if (o.count == 0) return Status::ok();
+  Status status;
   switch (o.mode) {
     case Mode::kNative:
-      return modes::native(k, x, o, total);
+      status = modes::native(k, x, o, total);
+      break;
     case Mode::kOrdered:
-      return modes::ordered(k, x, o, total);
+      status = modes::ordered(k, x, o, total);
+      break;
     case Mode::kInvariant:
-      return modes::invariant(k, x, o, total);
+      status = modes::invariant(k, x, o, total);
+      break;
+    default:
+      return Status::internal("unknown mode " + std::to_string(static_cast<int>(o.mode)));
   }
-  return Status::internal("unknown mode " + std::to_string(static_cast<int>(o.mode)));
+  DETCOLL_RETURN_IF_ERROR(status);
+  return x.agree(k.status());
 }
 
 }  // namespace detcoll::collective

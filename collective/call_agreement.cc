@@ -191,7 +191,8 @@ Status CallAgreement::agree(transport::Communicator& comm, const CallDescription
   record_.resize(sizeof(h) + h.payloadBytes);
   std::memcpy(record_.data(), &h, sizeof(h));
   if (h.payloadBytes > 0) std::memcpy(record_.data() + sizeof(h), payload, h.payloadBytes);
-  DETCOLL_RETURN_IF_ERROR(agreement_.exchangeRecords(comm, record_.data(), record_.size(), kSlot));
+  DETCOLL_RETURN_IF_ERROR(
+      agreement_.exchangeRecords(comm, record_.data(), record_.size(), kSlot, sizeof(WireHeader)));
   if (headersAgree(agreement_, p)) return Status::ok();
 
   // Every rank saw the same headers, so every rank takes this path: exchange the names and

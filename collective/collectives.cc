@@ -60,7 +60,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   // is not readable here; native mode neither: the backend's allreduce is its point.
   const void* payload = nullptr;
   size_t payloadBytes = 0;
-  if (local.isOk() && device < 0 && mode != Mode::kNative &&
+  if (local.isOk() && device < 0 && reducesGatheredLeaves(mode) &&
       n * bytes <= CallAgreement::kInlineBytes) {
     payload_.resize(n * bytes);
     for (int l = 0; l < n; ++l) std::memcpy(payload_.data() + l * bytes, leaves[l], bytes);
@@ -72,12 +72,8 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   const int p = comm_.size();
   int64_t total = 0;
   for (int j = 0; j < p; ++j) total += agreement_.leaves(j);
-  if (mode == Mode::kInvariant && total > kernels::kMaxLeaves) {
-    return Status::invalidArgument("allreduce '" + std::string(name ? name : "") +
-                                   "': " + std::to_string(total) +
-                                   " leaves in total; the invariant mode sums at most " +
-                                   std::to_string(kernels::kMaxLeaves) + " exactly");
-  }
+  DETCOLL_RETURN_IF_ERROR(
+      checkTotalLeaves(mode, total).prefixed("allreduce '" + std::string(name ? name : "") + "'"));
   if (count == 0) return Status::ok();
   AllreduceOptions o;
   o.mode = mode;

@@ -15,9 +15,10 @@
 
 namespace detcoll::collective {
 
-// Input bytes of each shard per round on the device: large enough that a round's transfers run
-// at full bandwidth; scratch is 2 * P such slots.
-constexpr size_t kDeviceSegmentBytes = size_t{8} << 20;
+// Input bytes of each shard per round on the device path over NCCL: large enough that a round's
+// transfers run at full bandwidth; scratch is 2 * P such slots (the schedule's staging by round
+// parity), as much as P slots of twice the size.
+constexpr size_t kDeviceSegmentBytes = size_t{4} << 20;
 
 // options.leaves and options.recv are device memory (the leaves array itself is host memory).
 Status deviceAllreduce(transport::Exchange& exchange, void* stream,

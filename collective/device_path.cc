@@ -206,7 +206,11 @@ Status DevicePath::allreduce(const AllreduceOptions& options, int device) {
   DETCOLL_RETURN_IF_ERROR(prepare(device));
   DeviceScope scope(device_);
   DETCOLL_RETURN_IF_ERROR(scope.status());
-  if (nccl_) return onStream([&](void* s) { return deviceAllreduce(*nccl_, s, options); });
+  if (nccl_) {
+    AllreduceOptions device = options;
+    device.segmentBytes = kDeviceSegmentBytes;
+    return onStream([&](void* s) { return deviceAllreduce(*nccl_, s, device); });
+  }
   const size_t bytes = options.count * dataTypeSize(options.type);
   std::vector<std::vector<char>> staged;
   DETCOLL_RETURN_IF_ERROR(stage(options.leaves, options.nleaves, bytes, &staged));

@@ -21,8 +21,9 @@
 // On a stream-ordered transport every post and kernel goes onto one stream in this order, and
 // completing a group waits for nothing.
 //
-// Kernels offers alloc<T>(n), status(), stream(), table(pointers, k), fold, localKeys, foldKeys,
-// encode, decode and invariantLocal (kernels/host_reduce_kernels.h says what each computes).
+// Kernels offers alloc<T>(n), mark() and release(mark) (scratch: each stage releases its own),
+// status(), stream(), table(pointers, k), fold, localKeys, foldKeys, encode, decode and
+// invariantLocal (kernels/host_reduce_kernels.h says what each computes).
 
 #include <algorithm>
 #include <cstddef>
@@ -75,9 +76,25 @@ class Pipeline {
         slotBytes_(roundUp(segment_ * s.inBytes, kernels::kVectorBytes)),
         rounds_((s.count + round_ - 1) / round_) {}
 
+  // Transport failures are returned; a kernel's failure is not (it is in the kernels' status,
+  // which the next stage's agreement and the allreduce's last one make every rank's), so that a
+  // rank whose kernel failed still runs every transfer and leaves no peer waiting. The stage's
+  // scratch is released when it returns.
   Status run() {
     if (s_.count == 0) return Status::ok();
-    if (p_ == 1) return alone();
+    const size_t mark = k_.mark();
+    const Status status = p_ == 1 ? alone() : rounds();
+    k_.release(mark);
+    return status;
+  }
+
+ private:
+  struct Shard {
+    size_t begin;
+    size_t length;
+  };
+
+  Status rounds() {
     staging_ = k_.template alloc<char>(static_cast<int64_t>(2 * p_ * slotBytes_));
     if (!s_.input)
       encoded_ = k_.template alloc<char>(static_cast<int64_t>(2 * round_ * s_.inBytes));
@@ -93,15 +110,8 @@ class Pipeline {
       DETCOLL_RETURN_IF_ERROR(post(q + 2));
     }
     DETCOLL_RETURN_IF_ERROR(x_.complete(group(rounds_)));
-    DETCOLL_RETURN_IF_ERROR(x_.complete(group(rounds_ + 1)));
-    return k_.status();
+    return x_.complete(group(rounds_ + 1));
   }
-
- private:
-  struct Shard {
-    size_t begin;
-    size_t length;
-  };
 
   static size_t roundUp(size_t n, size_t unit) { return (n + unit - 1) / unit * unit; }
   size_t length(size_t q) const { return std::min(round_, s_.count - q * round_); }
@@ -198,7 +208,7 @@ class Pipeline {
       char* out = outputAt(begin);
       s_.fold(out, pieces, begin, n, kernels::aligned16({piece, out}));
     }
-    return k_.status();
+    return Status::ok();
   }
 
   Kernels& k_;

@@ -134,7 +134,7 @@ Status Engine::start() {
 }
 
 std::string Engine::localCheck(const RequestSpec& spec) const {
-  if (!spec.localError.empty()) return spec.localError;
+  if (spec.checked || !spec.localError.empty()) return spec.localError;
   const Descriptor& d = spec.descriptor;
   return collective::checkCall(
              callArguments(spec, static_cast<int>(d.type), static_cast<int>(d.op)), comm_.rank(),

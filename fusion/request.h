@@ -54,6 +54,9 @@ struct RequestSpec {
   // A local check's failure (the binding's, or the engine's at enqueue): the request is still
   // negotiated, so that it fails on every rank.
   std::string localError;
+  // The caller has made the one check of the arguments (localError is its verdict); the engine
+  // makes it otherwise.
+  bool checked = false;
 };
 
 // The request as the one check of a call's arguments takes it (collective/call_checks.h), its

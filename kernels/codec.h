@@ -3,7 +3,7 @@
 // The invariant mode's codec for one element, written once for the host and the device: the
 // exponent key of a value, its encoding on a key's fixed-point grid (and the count of a non-finite
 // leaf), and the one rounding of an exact sum back to the dtype. kernels/fixed_point.cc (CPU) and
-// the bodies of kernels/reduce_bodies.h (GPU) call these same functions, so a GPU result is the
+// the bodies of kernels/bodies/reduce.h (GPU) call these same functions, so a GPU result is the
 // CPU's by construction of the arithmetic, and the tests compare the two on random inputs all
 // the same.
 // The grid and its guarantees are described in kernels/fixed_point.h.

@@ -31,8 +31,16 @@ class DeviceExecutor {
   explicit DeviceExecutor(void* stream) : stream_(static_cast<cudaStream_t>(stream)) {}
   DeviceExecutor(const DeviceExecutor&) = delete;
   DeviceExecutor& operator=(const DeviceExecutor&) = delete;
-  ~DeviceExecutor() {
-    for (void* p : buffers_) cudaFreeAsync(p, stream_);
+  ~DeviceExecutor() { release(0); }
+
+  // Scratch in use now, and a release of what was allocated after that mark (stream-ordered:
+  // the memory is reused only by work enqueued after the release).
+  size_t mark() const { return buffers_.size(); }
+  void release(size_t mark) {
+    while (buffers_.size() > mark) {
+      cudaFreeAsync(buffers_.back(), stream_);
+      buffers_.pop_back();
+    }
   }
 
   template <typename T>

@@ -28,6 +28,15 @@ HostReduceKernels::~HostReduceKernels() {
   arena().used = first_;
 }
 
+size_t HostReduceKernels::mark() const {
+  return arena().used;
+}
+
+void HostReduceKernels::release(size_t mark) {
+  Arena& a = arena();
+  if (mark >= first_ && mark < a.used) a.used = mark;
+}
+
 void* HostReduceKernels::scratch(size_t bytes) {
   Arena& a = arena();
   if (a.used == a.buffers.size()) {

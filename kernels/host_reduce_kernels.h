@@ -8,7 +8,8 @@
 //
 // Scratch comes from a per-thread arena: the k-th allocation of a call reuses the k-th buffer of
 // the calls before it on this thread, so that steady-state calls neither allocate nor fault
-// pages. It is valid until the HostReduceKernels object that handed it out is destroyed.
+// pages. It is valid until it is released, or the HostReduceKernels object that handed it out is
+// destroyed.
 
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,10 @@ class HostReduceKernels {
   }
   Status status() const { return Status::ok(); }
   void* stream() const { return nullptr; }
+  // Scratch in use now, and a release of what was handed out after that mark (for reuse by the
+  // next allocations).
+  size_t mark() const;
+  void release(size_t mark);
   // Host pointers are read where they are: the table is the array itself (kept by the caller).
   Pieces table(const void* const* pointers, int k);
 

@@ -40,11 +40,12 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
   d.count = count;
   d.root = root;
   d.mode = currentMode();
-  // The raw dtype and op through the one check of a call's arguments: a descriptor holds valid
-  // values only (the engine checks the rest of a valid request itself).
+  // The raw dtype and op through the one check of a call's arguments (a descriptor holds valid
+  // values only), so the engine need not check again.
   spec.localError = collective::checkCall(fusion::callArguments(spec, dtype, op),
                                           g_runtime->comm->rank(), g_runtime->comm->size())
                         .message();
+  spec.checked = true;
   if (isValidDataType(dtype)) d.type = static_cast<DataType>(dtype);
   if (kind == fusion::RequestKind::kAllreduce && isValidReduceOp(op)) {
     d.op = static_cast<ReduceOp>(op);

@@ -6,7 +6,8 @@
 // on the CPU's own kernels. Below it, the same kernels on caller buffers given as pointer arrays
 // (the device API of kernels/reduce_device.h and the tests).
 //
-// An Executor offers: alloc<T>(n) (scratch until the executor is destroyed), launch(n, body)
+// An Executor offers: alloc<T>(n) (scratch until released or the executor is destroyed),
+// mark() and release(mark) (scratch allocated since the mark returned), launch(n, body)
 // (body(i) for every i in [0, n), in any order), toDevice(dst, src, bytes) (a copy from host
 // memory, done when the host array may be freed), status() (the first failure) and stream() (the
 // stream its work is ordered on; null for the host).
@@ -33,6 +34,8 @@ class ReduceKernels {
   }
   Status status() const { return e_.status(); }
   void* stream() const { return e_.stream(); }
+  size_t mark() const { return e_.mark(); }
+  void release(size_t mark) { e_.release(mark); }
 
   // A table of k pointers in memory the executor's kernels read.
   Pieces table(const void* const* pointers, int k) {

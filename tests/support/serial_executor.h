@@ -25,6 +25,9 @@ class SerialExecutor {
     return reinterpret_cast<T*>(buffers_.back().get());
   }
 
+  size_t mark() const { return buffers_.size(); }
+  void release(size_t mark) { buffers_.resize(std::min(mark, buffers_.size())); }
+
   template <typename Body>
   void launch(int64_t n, const Body& body) {
     for (int64_t i = n; i-- > 0;) body(i);
