@@ -1,10 +1,10 @@
 #pragma once
 
 // The process environment as the layers read their settings from it: each layer parses its own
-// variables, beside its code (collective/settings.h, fusion/settings.h, kernels/rng/settings.h,
-// the log level in common/logging.h), strictly, once, at init (bindings/c/config.h puts them
-// together). An invalid value is an error that names the variable and the value; an empty value
-// counts as unset.
+// variables, beside its code (collective/settings.h, fusion/settings.h,
+// kernels/rng/seed_state.h, the log level in common/logging.h), strictly, once, at init
+// (bindings/c/config.h puts them together). An invalid value is an error that names the variable
+// and the value; an empty value counts as unset.
 
 #include <cstdint>
 #include <functional>

@@ -1,9 +1,11 @@
 #pragma once
 
-// The one hash of names (tensor names, group keys, labels): 64-bit FNV-1a. It is stable across
-// processes, builds and machines, which is what ranks comparing names by their hash need; it is
-// not a content fingerprint of tensors (speed and collision resistance on large data are not
-// its purpose).
+// The hash by which ranks compare names (tensor names in the call agreement, the fusion engine's
+// group keys): 64-bit FNV-1a, stable across processes, builds and machines. Small programs use
+// it as a checksum too (the C++ demo's). It is not a content fingerprint of large tensors (speed
+// and collision resistance on large data are not its purpose), and the random streams derive
+// their keys from names their own way (kernels/rng/key.h), which is part of those streams'
+// published definition.
 
 #include <cstddef>
 #include <cstdint>
