@@ -146,7 +146,7 @@ Status loadRootSeed(Environment& env, std::optional<uint64_t>* seed) {
   const char* used = nullptr;
   if (const char* v = env.get("DETCOLL_SEED", nullptr, &used)) {
     uint64_t value = 0;
-    DETCOLL_RETURN_IF_ERROR(parseUnsignedValue(used, v, &value));
+    DETCOLL_RETURN_IF_ERROR(parseInteger(used, v, kRootSeedRange, &value));
     *seed = value;
   } else {
     seed->reset();

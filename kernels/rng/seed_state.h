@@ -52,7 +52,8 @@ class SeedState {
 bool operator==(const SeedState& a, const SeedState& b);
 
 // DETCOLL_SEED, the root seed of every rank (the same on every rank; unset: rank 0 draws one at
-// init): a non-negative integer below 2^64. *seed stays empty when it is unset.
+// init): an integer from 0 to 2^64 - 1 (kRootSeedRange). *seed stays empty when it is unset.
+constexpr IntegerRange kRootSeedRange{0, UINT64_MAX, nullptr};
 Status loadRootSeed(Environment& env, std::optional<uint64_t>* seed);
 
 }  // namespace detcoll::kernels::rng

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "fusion/settings.h"
+#include "kernels/rng/seed_state.h"
+
 namespace detcoll {
 namespace {
 
@@ -109,11 +112,9 @@ TEST(EnvTest, FusionThresholdValues) {
   EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "0"}}).engine.fusionThresholdBytes, 0u);
   EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "1048576"}}).engine.fusionThresholdBytes,
             1048576u);
-  EXPECT_EQ(
-      loadOk({{"DETCOLL_FUSION_THRESHOLD", "18446744073709551615"}}).engine.fusionThresholdBytes,
-      18446744073709551615ull);
-  for (const char* bad : {"-1", "1e3", " 5", "5 ", "64MB", "0x10", "+5", "1.5", "abc",
-                          "18446744073709551616", "99999999999999999999999"}) {
+  for (const char* bad :
+       {"-1", "1e3", " 5", "5 ", "64MB", "0x10", "+5", "1.5", "abc", "18446744073709551615",
+        "18446744073709551616", "99999999999999999999999"}) {
     expectRejected("DETCOLL_FUSION_THRESHOLD", bad);
   }
 }
@@ -122,7 +123,10 @@ TEST(EnvTest, CycleTimeValues) {
   EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "0"}}).engine.cycleTimeMs, 0.0);
   EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "2.5"}}).engine.cycleTimeMs, 2.5);
   EXPECT_EQ(loadOk({{"DETCOLL_CYCLE_TIME", "10"}}).engine.cycleTimeMs, 10.0);
-  for (const char* bad : {"-5", "-0.5", "fast", "5ms", " 1", "1 ", "nan", "inf", "1e999", "."}) {
+  // 1e308 once overflowed to a cycle of 0 on the way to std::chrono, and 1e9 (11.6 days) froze
+  // the engine between cycles.
+  for (const char* bad : {"-5", "-0.5", "-0", "fast", "5ms", " 1", "1 ", "nan", "inf", "1e999", ".",
+                          "1e308", "1e9"}) {
     expectRejected("DETCOLL_CYCLE_TIME", bad);
   }
 }
@@ -228,40 +232,183 @@ TEST(EnvTest, SetVariablesListsWhatWasSet) {
             (std::vector<std::string>{"DETCOLL_DETERMINISM=native", "DETCOLL_LOG_LEVEL=info"}));
 }
 
-TEST(EnvTest, ParseUnsignedValueIsStrict) {
+TEST(EnvTest, ParseIntegerIsStrict) {
+  const IntegerRange all{0, UINT64_MAX, nullptr};
   uint64_t value = 42;
   for (const char* bad : {"-1", "1e3", " 5", "5 ", "64MB", "", "+1", "0x1f", "1,000",
                           "18446744073709551616", "36893488147419103232"}) {
-    const Status status = parseUnsignedValue("SOME_VARIABLE", bad, &value);
+    const Status status = parseInteger("SOME_VARIABLE", bad, all, &value);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
     EXPECT_NE(status.message().find("SOME_VARIABLE"), std::string::npos) << status.message();
     EXPECT_NE(status.message().find(std::string("'") + bad + "'"), std::string::npos)
         << status.message();
+    EXPECT_NE(status.message().find("an integer from 0 to 18446744073709551615"), std::string::npos)
+        << status.message();
     EXPECT_EQ(value, 42u) << "a rejected value must not be stored ('" << bad << "')";
   }
-  ASSERT_TRUE(parseUnsignedValue("X", "18446744073709551615", &value).isOk());
+  ASSERT_TRUE(parseInteger("X", "18446744073709551615", all, &value).isOk());
   EXPECT_EQ(value, 18446744073709551615ull);
-  ASSERT_TRUE(parseUnsignedValue("X", "007", &value).isOk());
+  ASSERT_TRUE(parseInteger("X", "007", all, &value).isOk());
   EXPECT_EQ(value, 7u);
-  ASSERT_TRUE(parseUnsignedValue("X", "0", &value).isOk());
+  ASSERT_TRUE(parseInteger("X", "0", all, &value).isOk());
   EXPECT_EQ(value, 0u);
+
+  const IntegerRange some{3, 10, "widgets"};
+  for (const char* bad : {"2", "11", "0"}) {
+    const Status status = parseInteger("Y", bad, some, &value);
+    EXPECT_EQ(status.message(), std::string("invalid value '") + bad +
+                                    "' for Y: expected widgets, an integer from 3 to 10");
+  }
+  ASSERT_TRUE(parseInteger("Y", "3", some, &value).isOk());
+  EXPECT_EQ(value, 3u);
+  ASSERT_TRUE(parseInteger("Y", "10", some, &value).isOk());
+  EXPECT_EQ(value, 10u);
 }
 
-TEST(EnvTest, ParseNonNegativeNumberIsStrict) {
+TEST(EnvTest, ParseNumberIsStrict) {
+  const NumberRange wide{0, 1e300, false, nullptr};
   double value = 42;
-  for (const char* bad : {"-1", "-0.001", "", " 5", "5 ", "nan", "inf", "1e999", "0x10", "1,5",
-                          "5ms", "1e", "e5", "--1"}) {
-    const Status status = parseNonNegativeNumber("SOME_NUMBER", bad, &value);
+  for (const char* bad :
+       {"-1",    "-0.001", "-0",   "+1",  "",    " 5", "5 ", "nan", "NAN", "inf", "infinity",
+        "1e999", "1e-400", "0x10", "1,5", "5ms", "1e", "e5", "--1", ".",   "1e+", "1.2.3"}) {
+    const Status status = parseNumber("SOME_NUMBER", bad, wide, &value);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
     EXPECT_NE(status.message().find("SOME_NUMBER"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("a decimal number from 0 to 1e+300"), std::string::npos)
+        << status.message();
     EXPECT_EQ(value, 42.0) << "a rejected value must not be stored ('" << bad << "')";
   }
-  ASSERT_TRUE(parseNonNegativeNumber("X", "0.25", &value).isOk());
+  ASSERT_TRUE(parseNumber("X", "0.25", wide, &value).isOk());
   EXPECT_EQ(value, 0.25);
-  ASSERT_TRUE(parseNonNegativeNumber("X", "1e3", &value).isOk());
+  ASSERT_TRUE(parseNumber("X", "1e3", wide, &value).isOk());
   EXPECT_EQ(value, 1000.0);
-  ASSERT_TRUE(parseNonNegativeNumber("X", "0", &value).isOk());
+  ASSERT_TRUE(parseNumber("X", "2.5E-3", wide, &value).isOk());
+  EXPECT_EQ(value, 0.0025);
+  ASSERT_TRUE(parseNumber("X", "0", wide, &value).isOk());
   EXPECT_EQ(value, 0.0);
+
+  // 0 as a switch below the range; the bounds as the error words them.
+  const NumberRange off{0.25, 7.5, true, "hours"};
+  ASSERT_TRUE(parseNumber("Y", "0", off, &value).isOk());
+  EXPECT_EQ(value, 0.0);
+  ASSERT_TRUE(parseNumber("Y", "0.0", off, &value).isOk());
+  ASSERT_TRUE(parseNumber("Y", "0.25", off, &value).isOk());
+  EXPECT_EQ(value, 0.25);
+  ASSERT_TRUE(parseNumber("Y", "7.5", off, &value).isOk());
+  EXPECT_EQ(value, 7.5);
+  for (const char* bad : {"0.2", "7.51", "1e-300"}) {
+    EXPECT_EQ(parseNumber("Y", bad, off, &value).message(),
+              std::string("invalid value '") + bad +
+                  "' for Y: expected hours, 0 (off) or a decimal number from 0.25 to 7.5");
+  }
+  EXPECT_EQ(value, 7.5);
+}
+
+// Every numeric variable: the ends of its range and just inside are taken (and stored), just
+// outside either end, NaN, infinities, huge values and garbage are refused, and the error names
+// the variable, the value and the range.
+struct NumericVariable {
+  const char* name;
+  const char* range;                                     // as the error must word it
+  std::vector<std::pair<const char*, double>> accepted;  // text, the value stored
+  std::vector<const char*> refused;
+  double (*stored)(const Config&);
+};
+
+std::vector<NumericVariable> numericVariables() {
+  const std::vector<const char*> notNumbers = {"nan",   "NaN",    "-nan", "inf", "-inf", "Infinity",
+                                               "1e999", "-1e999", "abc",  "1O",  "0x10", "1,5",
+                                               " 1",    "1 ",     "--1",  "1e",  "e1",   "."};
+  auto refusing = [&](std::vector<const char*> own) {
+    own.insert(own.end(), notNumbers.begin(), notNumbers.end());
+    return own;
+  };
+  auto threshold = [](const Config& c) {
+    return static_cast<double>(c.engine.fusionThresholdBytes);
+  };
+  auto cycle = [](const Config& c) { return c.engine.cycleTimeMs; };
+  const char* thresholdRange = "bytes, an integer from 0 to 1099511627776";
+  const char* cycleRange = "milliseconds, a decimal number from 0 to 1000";
+  const char* stallRange = "seconds, 0 (off) or a decimal number from 0.1 to 86400";
+  const std::vector<std::pair<const char*, double>> thresholdOk = {
+      {"0", 0},
+      {"1", 1},
+      {"67108864", 67108864},
+      {"1099511627775", 1099511627775.0},
+      {"1099511627776", 1099511627776.0}};
+  const std::vector<const char*> thresholdBad = {
+      "-1", "1099511627777", "18446744073709551615", "18446744073709551616", "1e12", "1.5"};
+  const std::vector<std::pair<const char*, double>> cycleOk = {
+      {"0", 0},       {"0.001", 0.001}, {"1", 1},  {"999.999", 999.999},
+      {"1000", 1000}, {"1e3", 1000},    {"0e5", 0}};
+  const std::vector<const char*> cycleBad = {"-0.001", "-0",  "-1",    "1000.001",
+                                             "1001",   "1e9", "1e308", "1.7976931348623157e308"};
+  return {
+      {"DETCOLL_FUSION_THRESHOLD", thresholdRange, thresholdOk, refusing(thresholdBad), threshold},
+      {"HOROVOD_FUSION_THRESHOLD", thresholdRange, thresholdOk, refusing(thresholdBad), threshold},
+      {"DETCOLL_CYCLE_TIME", cycleRange, cycleOk, refusing(cycleBad), cycle},
+      {"HOROVOD_CYCLE_TIME", cycleRange, cycleOk, refusing(cycleBad), cycle},
+      {"DETCOLL_STALL_CHECK_SECONDS",
+       stallRange,
+       {{"0", 0},
+        {"0.1", 0.1},
+        {"0.10001", 0.10001},
+        {"60", 60},
+        {"86399.9", 86399.9},
+        {"86400", 86400}},
+       refusing({"-0.1", "-0", "0.099", "1e-9", "86400.01", "1e9", "1e308"}),
+       [](const Config& c) { return c.engine.stallWarningSeconds; }},
+      {"DETCOLL_STALL_SHUTDOWN_SECONDS",
+       stallRange,
+       {{"0", 0}, {"0.1", 0.1}, {"2.5", 2.5}, {"86400", 86400}},
+       refusing({"-600", "-0", "0.0999", "86401", "8.64e4000", "1e308"}),
+       [](const Config& c) { return c.engine.stallShutdownSeconds; }},
+      {"DETCOLL_SEED",
+       "an integer from 0 to 18446744073709551615",
+       {{"0", 0},
+        {"1", 1},
+        {"18446744073709551614", 18446744073709551614.0},
+        {"18446744073709551615", 18446744073709551615.0}},
+       refusing({"-1", "18446744073709551616", "99999999999999999999", "1e3", "+5"}),
+       [](const Config& c) { return c.seed ? static_cast<double>(*c.seed) : -1.0; }},
+  };
+}
+
+TEST(EnvTest, EveryNumericVariableHasItsRange) {
+  for (const NumericVariable& v : numericVariables()) {
+    for (const auto& [text, expected] : v.accepted) {
+      const Config config = loadOk({{v.name, text}});
+      EXPECT_EQ(v.stored(config), expected) << v.name << "=" << text;
+    }
+    for (const char* text : v.refused) {
+      Config config;
+      config.engine.cycleTimeMs = 42;
+      const Status status = load({{v.name, text}}, &config);
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << v.name << "=" << text;
+      EXPECT_EQ(status.message(), std::string("invalid value '") + text + "' for " + v.name +
+                                      ": expected " + v.range);
+      EXPECT_EQ(config.engine.cycleTimeMs, 42) << "a refused value leaves the config untouched";
+    }
+  }
+}
+
+TEST(EnvTest, ExactSeedValuesAreKept) {
+  // Doubles cannot tell 2^64 - 1 from 2^64 - 2: the seed itself, compared as an integer.
+  EXPECT_EQ(*loadOk({{"DETCOLL_SEED", "18446744073709551615"}}).seed, UINT64_MAX);
+  EXPECT_EQ(*loadOk({{"DETCOLL_SEED", "18446744073709551614"}}).seed, UINT64_MAX - 1);
+  EXPECT_FALSE(loadOk({}).seed.has_value());
+}
+
+TEST(EnvTest, TheLimitsAreTheDocumentedOnes) {
+  // The ranges the README's table states, so that a change of one is a change of the table too.
+  EXPECT_EQ(describeRange(fusion::kFusionThresholdRange),
+            "bytes, an integer from 0 to 1099511627776");
+  EXPECT_EQ(describeRange(fusion::kCycleTimeMsRange),
+            "milliseconds, a decimal number from 0 to 1000");
+  EXPECT_EQ(describeRange(fusion::kStallSecondsRange),
+            "seconds, 0 (off) or a decimal number from 0.1 to 86400");
+  EXPECT_EQ(describeRange(kernels::rng::kRootSeedRange),
+            "an integer from 0 to 18446744073709551615");
 }
 
 TEST(EnvTest, FirstInvalidVariableLeavesConfigUntouched) {
