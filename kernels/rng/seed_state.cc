@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/names.h"
+
 namespace detcoll::kernels::rng {
 namespace {
 
@@ -77,8 +79,8 @@ Status SeedState::next(const std::string& name, uint64_t* value) {
   uint64_t current = 0;
   DETCOLL_RETURN_IF_ERROR(counter(name, &current));
   if (current == UINT64_MAX) {
-    return Status::invalidArgument("random state: counter '" + name +
-                                   "' is at 2^64 - 1 and cannot advance");
+    return Status::invalidArgument("random state: counter " + quotedName(name) +
+                                   " is at 2^64 - 1 and cannot advance");
   }
   DETCOLL_RETURN_IF_ERROR(setCounter(name, current + 1));
   *value = current;

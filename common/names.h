@@ -1,0 +1,42 @@
+#pragma once
+
+// How errors and logs show a name (a tensor's, a call's, a counter's, a key's purpose): whole, in
+// single quotes, up to kNameShownWhole bytes. Only a longer name is shortened, and in the middle,
+// never to a common prefix: its first and last kNameShownEnds bytes (cut at UTF-8 character
+// boundaries), its length and its hash (common/hash.h, the hash by which the call agreement
+// compares names), so that two long names that differ anywhere, at the end included, still read
+// differently:
+//   'layer1.weight'
+//   '<the first 96 bytes>...<the last 96 bytes>' (300 bytes, hash 0123456789abcdef)
+// Every message that shows a name goes through quotedName.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "common/hash.h"
+
+namespace detcoll {
+
+// Above this length the shortened form (about 230 bytes) is shorter than the name.
+constexpr size_t kNameShownWhole = 256;
+constexpr size_t kNameShownEnds = 96;
+
+inline std::string quotedName(std::string_view name) {
+  if (name.size() <= kNameShownWhole) return "'" + std::string(name) + "'";
+  const auto continuation = [&](size_t i) {
+    return (static_cast<unsigned char>(name[i]) & 0xc0) == 0x80;
+  };
+  size_t headEnd = kNameShownEnds;  // back to the start of the character it would cut
+  while (headEnd > 0 && continuation(headEnd)) --headEnd;
+  size_t tailBegin = name.size() - kNameShownEnds;  // on to the next character's start
+  while (tailBegin < name.size() && continuation(tailBegin)) ++tailBegin;
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(hashName(name)));
+  return "'" + std::string(name.substr(0, headEnd)) + "..." + std::string(name.substr(tailBegin)) +
+         "' (" + std::to_string(name.size()) + " bytes, hash " + hash + ")";
+}
+
+}  // namespace detcoll
