@@ -10,6 +10,7 @@
 #include "collective/allreduce.h"
 #include "collective/broadcast.h"
 #include "collective/call_checks.h"
+#include "common/names.h"
 #include "kernels/fixed_point.h"
 
 namespace detcoll::collective {
@@ -31,13 +32,16 @@ Status localChecks(const Status& precheck, const CallArguments& call, int device
 Status Collectives::allreduce(Mode mode, const void* send, void* recv, size_t count, int dtype,
                               int op, const char* name, const Status& precheck, int device) {
   const void* leaves[1] = {send};
-  return reduce(mode, leaves, 1, recv, count, dtype, op, name, precheck, true, device);
+  return settle(reduce(mode, leaves, 1, recv, count, dtype, op, name, precheck, true, device),
+                "allreduce", name);
 }
 
 Status Collectives::allreduceLeaves(Mode mode, const void* const* leaves, int nleaves, void* recv,
                                     size_t count, int dtype, int op, const char* name,
                                     const Status& precheck, int device) {
-  return reduce(mode, leaves, nleaves, recv, count, dtype, op, name, precheck, false, device);
+  return settle(
+      reduce(mode, leaves, nleaves, recv, count, dtype, op, name, precheck, false, device),
+      "allreduce", name);
 }
 
 Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, void* recv,
@@ -63,7 +67,10 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   if (local.isOk() && device < 0 && reducesGatheredLeaves(mode) &&
       n * bytes <= CallAgreement::kInlineBytes) {
     payload_.resize(n * bytes);
-    for (int l = 0; l < n; ++l) std::memcpy(payload_.data() + l * bytes, leaves[l], bytes);
+    // No copy of nothing: with count 0 the buffers may be null.
+    for (int l = 0; l < n && bytes > 0; ++l) {
+      std::memcpy(payload_.data() + l * bytes, leaves[l], bytes);
+    }
     payload = payload_.data();
     payloadBytes = n * bytes;
   }
@@ -73,7 +80,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   int64_t total = 0;
   for (int j = 0; j < p; ++j) total += agreement_.leaves(j);
   DETCOLL_RETURN_IF_ERROR(
-      checkTotalLeaves(mode, total).prefixed("allreduce '" + std::string(name ? name : "") + "'"));
+      checkTotalLeaves(mode, total).prefixed("allreduce " + quotedName(name ? name : "")));
   if (count == 0) return Status::ok();
   AllreduceOptions o;
   o.mode = mode;
@@ -105,6 +112,11 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
 
 Status Collectives::broadcast(void* data, size_t count, int dtype, int root, const char* name,
                               const Status& precheck, int device) {
+  return settle(runBroadcast(data, count, dtype, root, name, precheck, device), "broadcast", name);
+}
+
+Status Collectives::runBroadcast(void* data, size_t count, int dtype, int root, const char* name,
+                                 const Status& precheck, int device) {
   CallArguments args;
   args.kind = CallKind::kBroadcast;
   args.recv = data;
@@ -125,6 +137,11 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
 
 Status Collectives::allgather(const void* send, void* recv, size_t count, int dtype,
                               const char* name, const Status& precheck, int device) {
+  return settle(runAllgather(send, recv, count, dtype, name, precheck, device), "allgather", name);
+}
+
+Status Collectives::runAllgather(const void* send, void* recv, size_t count, int dtype,
+                                 const char* name, const Status& precheck, int device) {
   CallArguments args;
   args.kind = CallKind::kAllgather;
   args.send = send;
@@ -146,6 +163,7 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
 Status Collectives::agree(const CallArguments& args, const char* name, int mode, int leaves,
                           const Status& local, int device, const void* payload,
                           size_t payloadBytes) {
+  DETCOLL_RETURN_IF_ERROR(comm_.health());
   CallDescription call;
   call.kind = args.kind;
   call.name = name ? name : "";
@@ -158,6 +176,15 @@ Status Collectives::agree(const CallArguments& args, const char* name, int mode,
   call.device = device >= 0;
   call.local = local;
   return agreement_.agree(comm_, call, payload, payloadBytes);
+}
+
+Status Collectives::settle(const Status& status, const char* kind, const char* name) {
+  // A call that succeeded here still fails when a rank gave up meanwhile: this rank may have
+  // completed it from messages that rank sent before it left (docs/design.md, "Failures").
+  const Status s = status.isOk() ? comm_.health() : status;
+  if (s.code() != StatusCode::kTimeout) return s;
+  return s.prefixed(std::string(kind) +
+                    (name != nullptr && *name != 0 ? " " + quotedName(name) : std::string()));
 }
 
 void Collectives::setCudaStream(void* stream) {
@@ -178,7 +205,7 @@ Status Collectives::agreeOnInit(Mode mode, const Status& local) {
   call.kind = CallKind::kInit;
   call.mode = static_cast<int>(mode);
   call.local = local;
-  return agreement_.agree(comm_, call, nullptr, 0);
+  return settle(agreement_.agree(comm_, call, nullptr, 0), "init", nullptr);
 }
 
 Status Collectives::agreeOnValue(const std::string& callName, const std::string& what,
@@ -190,7 +217,8 @@ Status Collectives::agreeOnValue(const std::string& callName, const std::string&
   call.name = callName;
   call.count = 1;
   call.local = local;
-  DETCOLL_RETURN_IF_ERROR(agreement_.agree(comm_, call, &mine, sizeof mine));
+  DETCOLL_RETURN_IF_ERROR(
+      settle(agreement_.agree(comm_, call, &mine, sizeof mine), callName.c_str(), nullptr));
   std::vector<AgreedValue> values(comm_.size());
   for (int r = 0; r < comm_.size(); ++r) {
     if (agreement_.payloadBytes(r) != sizeof(AgreedValue)) {

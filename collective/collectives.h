@@ -68,6 +68,13 @@ class Collectives {
   Status reduce(Mode mode, const void* const* leaves, int nleaves, void* recv, size_t count,
                 int dtype, int op, const char* name, const Status& precheck, bool single,
                 int device);
+  Status runBroadcast(void* data, size_t count, int dtype, int root, const char* name,
+                      const Status& precheck, int device);
+  Status runAllgather(const void* send, void* recv, size_t count, int dtype, const char* name,
+                      const Status& precheck, int device);
+  // The end of every call: a failure of the job (a rank gave up) fails the call, named by `kind`
+  // and `name`, even where this rank's part succeeded.
+  Status settle(const Status& status, const char* kind, const char* name);
   // The call agreement on the call `args` describes, with this rank's local checks' verdict.
   Status agree(const CallArguments& args, const char* name, int mode, int leaves,
                const Status& local, int device, const void* payload = nullptr,

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/names.h"
+
 namespace detcoll::fusion {
 namespace {
 
@@ -45,7 +47,8 @@ void Coordinator::submit(int rank, const std::string& name, const Descriptor& d,
 
 std::string Coordinator::disagreement(const std::string& name, const Pending& p,
                                       StatusCode* code) const {
-  const std::string what = std::string(requestKindName(p.descriptors[0].kind)) + " '" + name + "'";
+  const std::string what =
+      std::string(requestKindName(p.descriptors[0].kind)) + " " + quotedName(name);
   // The same verdict and wording as every agreement (collective/agreement.h): local failures
   // first, then the ranks grouped by what they announced.
   std::vector<Status> local(size_);
@@ -81,8 +84,8 @@ void Coordinator::failGroup(uint64_t groupKey, const std::string& failed, Status
       continue;
     }
     response.errors.push_back(
-        {it->first, Status(code, "'" + it->first + "' was enqueued in a group with '" + failed +
-                                     "', which failed")});
+        {it->first, Status(code, quotedName(it->first) + " was enqueued in a group with " +
+                                     quotedName(failed) + ", which failed")});
     it = pending_.erase(it);
   }
 }
@@ -93,6 +96,7 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
     const RankMessage& m = messages[r];
     if (m.shutdown && !response.shutdown) {
       response.shutdown = true;
+      response.shutdownCode = StatusCode::kNotInitialized;
       response.shutdownReason = "rank " + std::to_string(r) + " shut detcoll down";
     }
     for (uint32_t id : m.cached.ids()) {
@@ -155,15 +159,22 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
     std::vector<int> missing;
     for (int r = 0; r < size_; ++r) (p.submitted[r] ? have : missing).push_back(r);
     const std::string what =
-        std::string(requestKindName(p.descriptors[have[0]].kind)) + " '" + it->first + "'";
+        std::string(requestKindName(p.descriptors[have[0]].kind)) + " " + quotedName(it->first);
     if (options_.stallShutdownSeconds > 0 && age >= options_.stallShutdownSeconds) {
       const Descriptor d = p.descriptors[have[0]];
       const std::string name = it->first;
-      response.errors.push_back(
-          {name,
-           Status::timeout(what + " stalled: " + describeRanks(missing) +
-                           " did not submit it within " + seconds(options_.stallShutdownSeconds) +
-                           " (submitted by " + describeRanks(have) + ")")});
+      Status stalled = Status::timeout(
+          what + " stalled: " + describeRanks(missing) + " did not submit it within " +
+          seconds(options_.stallShutdownSeconds) + " (submitted by " + describeRanks(have) + ")");
+      // A stall past the limit is final and global, as in Horovod: every engine stops after
+      // this cycle, so a late rank's request can never pair with a newer one of the same name
+      // (docs/design.md, "Failures").
+      if (!response.shutdown) {
+        response.shutdown = true;
+        response.shutdownCode = StatusCode::kTimeout;
+        response.shutdownReason = stalled.message();
+      }
+      response.errors.push_back({name, std::move(stalled)});
       it = pending_.erase(it);
       if (d.groupSize > 1) {
         failGroup(d.groupKey, name, StatusCode::kTimeout, response);

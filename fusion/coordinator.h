@@ -4,7 +4,8 @@
 // announcements, and answers with the requests that every rank has announced with the same
 // descriptor (ready), the ones they disagree on (DETCOLL_ERR_MISMATCH, naming the ranks), the
 // ones a rank found invalid, and the ones that stalled past the shutdown limit
-// (DETCOLL_ERR_TIMEOUT, naming the missing ranks). It warns about stalls in between.
+// (DETCOLL_ERR_TIMEOUT, naming the missing ranks; the response then stops every engine). It warns
+// about stalls in between.
 //
 // Pure logic: no communication and no clock of its own, so tests drive it directly. Given the
 // same messages it gives the same response; ready requests come in cache-id order, then in name

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -12,23 +13,31 @@
 #include "collective/call_checks.h"
 #include "common/hash.h"
 #include "common/logging.h"
+#include "common/names.h"
 #include "fusion/tags.h"
 
 namespace detcoll::fusion {
 namespace {
 
+using collective::describeRanks;
 using collective::transport::Communicator;
 using TransferSet = std::vector<std::unique_ptr<collective::transport::Transfer>>;
 
 // Waits for every request by polling: spinning (with yields) for a short while, since the other
 // ranks usually arrive within microseconds of each other, then sleeping between polls, so that an
 // engine waiting for a slower rank leaves the cores to the training. Returns the first failure.
-Status pollAll(TransferSet& requests) {
+//
+// peers[i] is the rank requests[i] waits for. A wait past limitSeconds (0: never) abandons the
+// communicator with a TIMEOUT naming the ranks that did not answer; a peer's abandonment notice
+// ends the wait too (transport/communicator.h).
+Status pollAll(Communicator& comm, TransferSet& requests, const std::vector<int>& peers,
+               double limitSeconds) {
   constexpr auto kSpin = std::chrono::microseconds(500);
   std::vector<bool> done(requests.size(), false);
   size_t remaining = requests.size();
   Status first;
   const Clock::time_point start = Clock::now();
+  Clock::time_point nextLook = start + std::chrono::milliseconds(1);
   for (;;) {
     for (size_t i = 0; i < requests.size(); ++i) {
       Status status;
@@ -38,7 +47,30 @@ Status pollAll(TransferSet& requests) {
       if (first.isOk() && !status.isOk()) first = status;
     }
     if (remaining == 0) break;
-    if (Clock::now() - start < kSpin) {
+    const Clock::time_point now = Clock::now();
+    if (now >= nextLook) {
+      nextLook = now + std::chrono::milliseconds(1);
+      Status healthy = comm.health();
+      if (healthy.isOk() && limitSeconds > 0 &&
+          std::chrono::duration<double>(now - start).count() >= limitSeconds) {
+        std::vector<int> silent;
+        for (size_t i = 0; i < requests.size(); ++i) {
+          if (!done[i] && (silent.empty() || silent.back() != peers[i])) silent.push_back(peers[i]);
+        }
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%.1f s", limitSeconds);
+        comm.abandon(Status::timeout(describeRanks(silent) +
+                                     " stopped answering: the negotiation on rank " +
+                                     std::to_string(comm.rank()) + " heard nothing for " + limit +
+                                     " (the stall limit, DETCOLL_STALL_SHUTDOWN_SECONDS)"));
+        healthy = comm.health();
+      }
+      if (!healthy.isOk()) {
+        requests.clear();  // released at once on an abandoned communicator
+        return healthy;
+      }
+    }
+    if (now - start < kSpin) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -96,6 +128,9 @@ uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
   for (const RequestSpec& spec : specs) h.add(spec.name).addByte(0);
   return h.value() == 0 ? 1 : h.value();
 }
+
+// How much longer than the coordinator a rank waits for the negotiation before it gives up.
+constexpr double kCoordinatorGraceSeconds = 2;
 
 std::string kibibytes(size_t bytes) {
   return std::to_string(bytes / 1024) + " KiB";
@@ -163,17 +198,18 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_ || shutdownRequested_) {
-    return Status::notInitialized((stoppedBecause_.message().empty()
-                                       ? std::string("detcoll is shutting down")
-                                       : stoppedBecause_.message()) +
-                                  "; '" + specs[0].name + "' was not enqueued");
+    const StatusCode code =
+        stoppedBecause_.isOk() ? StatusCode::kNotInitialized : stoppedBecause_.code();
+    return Status(code, (stoppedBecause_.message().empty() ? std::string("detcoll is shutting down")
+                                                           : stoppedBecause_.message()) +
+                            "; " + quotedName(specs[0].name) + " was not enqueued");
   }
   std::unordered_set<std::string> seen;
   for (const RequestSpec& spec : specs) {
     if (names_.count(spec.name) > 0 || !seen.insert(spec.name).second) {
       return Status::invalidArgument(
-          std::string(requestKindName(spec.descriptor.kind)) + " '" + spec.name +
-          "' is already enqueued on this rank and not complete; names must be unique among "
+          std::string(requestKindName(spec.descriptor.kind)) + " " + quotedName(spec.name) +
+          " is already enqueued on this rank and not complete; names must be unique among "
           "requests in flight");
     }
   }
@@ -196,6 +232,21 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Engine::abandon(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abandonRequested_.isOk()) abandonRequested_ = why;
+    shutdownRequested_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Engine::stoppedBecause() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stoppedBecause_;
+}
+
 void Engine::finish(const std::vector<RequestPtr>& requests, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);  // one lock for all their names
@@ -214,8 +265,9 @@ void Engine::stop(const Status& why) {
   }
   for (auto& request : queued) pending_.emplace(request->name(), request);
   for (auto& [name, request] : pending_) {
-    finish({request}, Status(why.code(), std::string(requestKindName(request->descriptor().kind)) +
-                                             " '" + name + "' did not complete: " + why.message()));
+    finish({request},
+           Status(why.code(), std::string(requestKindName(request->descriptor().kind)) + " " +
+                                  quotedName(name) + " did not complete: " + why.message()));
   }
   pending_.clear();
 }
@@ -240,6 +292,7 @@ void Engine::run() {
   for (;;) {
     std::vector<RequestPtr> fresh;
     bool shutdown = false;
+    Status abandoned;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       // An idle engine starts a cycle soon after something is enqueued: the first request after
@@ -253,6 +306,13 @@ void Engine::run() {
       }
       fresh.swap(queue_);
       shutdown = shutdownRequested_;
+      abandoned = abandonRequested_;
+    }
+    if (!abandoned.isOk()) {
+      comm_.abandon(abandoned);
+      for (RequestPtr& request : fresh) pending_.emplace(request->name(), std::move(request));
+      stop(abandoned);
+      return;
     }
 
     RankMessage message;
@@ -278,11 +338,9 @@ void Engine::run() {
     next = response.partial ? Clock::now() : Clock::now() + cycle;
     if (!exchanged.isOk()) {
       DETCOLL_LOG(kError) << "negotiation failed: " << exchanged.toString();
-      stop(exchanged.prefixed("the negotiation failed"));
-      return;
-    }
-    if (response.shutdown) {
-      stop(Status::notInitialized("detcoll shut down (" + response.shutdownReason + ")"));
+      stop(exchanged.code() == StatusCode::kTimeout
+               ? Status::timeout("detcoll stopped: " + exchanged.message())
+               : exchanged.prefixed("the negotiation failed"));
       return;
     }
     for (const ErrorEntry& e : response.errors) {
@@ -291,6 +349,15 @@ void Engine::run() {
       const RequestPtr request = it->second;
       pending_.erase(it);
       finish({request}, e.status);
+    }
+    if (response.shutdown) {
+      if (response.shutdownCode == StatusCode::kNotInitialized) {
+        stop(Status::notInitialized("detcoll shut down (" + response.shutdownReason + ")"));
+      } else {
+        DETCOLL_LOG(kError) << "every rank's engine stops: " << response.shutdownReason;
+        stop(Status(response.shutdownCode, "detcoll stopped: " + response.shutdownReason));
+      }
+      return;
     }
     std::vector<RequestPtr> ready;
     auto take = [&](const std::string& name) {
@@ -330,22 +397,29 @@ void Engine::run() {
 Status Engine::exchange(const RankMessage& mine, Response* response) {
   const int p = comm_.size();
   TransferSet requests;
+  // A rank that stops answering is one whose engine sent nothing for the stall limit. The
+  // coordinator notices first and tells every rank; the others wait a little longer, to hear it
+  // from the coordinator rather than blame it.
+  const double limit = options_.stallShutdownSeconds;
   if (comm_.rank() != 0) {
     const std::vector<uint8_t> payload = encode(mine);
     const Framed out = frame(payload);
     std::vector<uint8_t> first(kFirstBytes);
     requests.push_back(comm_.irecv(first.data(), first.size(), 0, kTagResponse));
     postFramed(comm_, out, 0, kTagNegotiation, requests);
-    DETCOLL_RETURN_IF_ERROR(pollAll(requests));
+    DETCOLL_RETURN_IF_ERROR(pollAll(comm_, requests, std::vector<int>(requests.size(), 0),
+                                    limit > 0 ? limit + kCoordinatorGraceSeconds : 0));
     std::vector<uint8_t> answer;
     DETCOLL_RETURN_IF_ERROR(finishFramed(comm_, first, 0, kTagResponse, &answer));
     return decode(answer.data(), answer.size(), response);
   }
   std::vector<std::vector<uint8_t>> firsts(p, std::vector<uint8_t>(kFirstBytes));
+  std::vector<int> peers;
   for (int r = 1; r < p; ++r) {
     requests.push_back(comm_.irecv(firsts[r].data(), kFirstBytes, r, kTagNegotiation));
+    peers.push_back(r);
   }
-  DETCOLL_RETURN_IF_ERROR(pollAll(requests));
+  DETCOLL_RETURN_IF_ERROR(pollAll(comm_, requests, peers, limit));
   std::vector<RankMessage> messages(p);
   messages[0] = mine;
   for (int r = 1; r < p; ++r) {
@@ -357,8 +431,12 @@ Status Engine::exchange(const RankMessage& mine, Response* response) {
   response->fusionThresholdBytes = fusionThresholdBytes_.load();
   const std::vector<uint8_t> answer = encode(*response);
   const Framed out = frame(answer);
-  for (int r = 1; r < p; ++r) postFramed(comm_, out, r, kTagResponse, requests);
-  return pollAll(requests);
+  peers.clear();
+  for (int r = 1; r < p; ++r) {
+    postFramed(comm_, out, r, kTagResponse, requests);
+    peers.resize(requests.size(), r);
+  }
+  return pollAll(comm_, requests, peers, limit);
 }
 
 Status Engine::allreduce(const Descriptor& d, const void* const* send, void* recv, size_t count) {

@@ -14,9 +14,12 @@
 // a request that fails a local check (null buffer, root out of range, ...) fails on every rank,
 // naming the rank; ranks that give one name different descriptors all get DETCOLL_ERR_MISMATCH;
 // a name some ranks never submit is reported (a warning naming the missing ranks) every
-// stallWarningSeconds and fails everywhere with DETCOLL_ERR_TIMEOUT after stallShutdownSeconds.
-// shutdown() on any rank stops every rank's engine at its next cycle; requests not yet complete
-// then fail, and later enqueues are refused.
+// stallWarningSeconds and fails everywhere with DETCOLL_ERR_TIMEOUT after stallShutdownSeconds;
+// that stall stops every rank's engine (final and global, as in Horovod), so that a late rank's
+// request can never pair with a newer one of the same name. An engine that hears nothing from a
+// peer for stallShutdownSeconds gives up on it the same way, naming it. shutdown() on any rank
+// stops every rank's engine at its next cycle. Once stopped, requests not yet complete fail with
+// the reason (TIMEOUT after a stall), and later enqueues are refused with it.
 //
 // Buffers belong to the caller and must stay valid and untouched until the request completes.
 
@@ -76,6 +79,13 @@ class Engine {
 
   // Asks every rank's engine to stop and waits for this rank's to finish its cycle.
   void shutdown();
+  // Stops this rank's engine without another negotiation: the engine's communicator is abandoned
+  // with `why` (its peers are told), requests not complete fail with it. For a job that already
+  // failed (a blocking call gave up on a peer), where a last negotiation could wait on a dead
+  // rank.
+  void abandon(const Status& why);
+  // Why the engine stopped (ok while it runs): a TIMEOUT after a stall or a silent peer.
+  Status stoppedBecause();
 
   // Changes the fusion threshold. Rank 0's value is the one every rank plans with (it travels in
   // each cycle's response), so a call on rank 0 is what counts.
@@ -108,6 +118,7 @@ class Engine {
   Clock::time_point firstQueued_;          // when queue_ last became non-empty
   std::unordered_set<std::string> names_;  // enqueued on this rank and not complete
   bool shutdownRequested_ = false;
+  Status abandonRequested_;
   bool stopped_ = false;
   Status stoppedBecause_;
 

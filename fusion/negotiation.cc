@@ -111,7 +111,8 @@ Status decode(const uint8_t* data, size_t size, RankMessage* m) {
 std::vector<uint8_t> encode(const Response& resp) {
   ByteWriter w;
   w.put(kResponseMagic);
-  w.put<uint8_t>(resp.shutdown);
+  // One byte: 0, or the status code of the shutdown (never kSuccess).
+  w.put<uint8_t>(resp.shutdown ? static_cast<uint8_t>(resp.shutdownCode) : 0);
   w.put<uint8_t>(resp.partial);
   w.put<uint64_t>(resp.fusionThresholdBytes);
   w.putString(resp.shutdownReason);
@@ -141,7 +142,10 @@ Status decode(const uint8_t* data, size_t size, Response* resp) {
       !getBits(r, &resp->cachedReady) || !r.get(&n) || !plausibleCount(r, n)) {
     return malformed("response");
   }
+  if (shutdown > static_cast<uint8_t>(StatusCode::kInternal)) return malformed("response");
   resp->shutdown = shutdown != 0;
+  resp->shutdownCode =
+      shutdown != 0 ? static_cast<StatusCode>(shutdown) : StatusCode::kNotInitialized;
   resp->partial = partial != 0;
   resp->ready.resize(n);
   for (ReadyEntry& e : resp->ready) {

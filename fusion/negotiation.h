@@ -60,7 +60,11 @@ struct ErrorEntry {
 };
 
 struct Response {
+  // Every rank's engine stops after this cycle (docs/design.md, "Failures"): a rank asked
+  // (shutdownCode kNotInitialized), or a stall passed its limit (kTimeout, and the stalled names
+  // are among the errors). Requests not complete then fail with the code and the reason.
   bool shutdown = false;
+  StatusCode shutdownCode = StatusCode::kNotInitialized;
   std::string shutdownReason;
   BitSet cachedReady;              // ready everywhere, by cache id (run first, in id order)
   std::vector<ReadyEntry> ready;   // ready everywhere, not in the cache (run next, in this order)

@@ -1,6 +1,7 @@
 // The C API's asynchronous requests, served by the fusion engine (fusion/engine.h): allreduce,
 // grouped allreduce, broadcast and allgather enqueued by name, polled and waited for.
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,14 +26,17 @@ Status engineFor(const char* call, fusion::Engine** engine) {
   return Status::ok();
 }
 
+bool unnamed(const char* name) {
+  return name == nullptr || name[0] == '\0';
+}
+
 // A request's spec from the caller's raw values; what is wrong with them goes into localError,
 // so that the request still fails on every rank.
 fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* recv, size_t count,
                              int dtype, int op, int root, const char* name) {
   fusion::RequestSpec spec;
-  spec.name = name != nullptr && name[0] != '\0'
-                  ? std::string(name)
-                  : "detcoll.noname." + std::to_string(g_runtime->unnamed++);
+  spec.name =
+      unnamed(name) ? "detcoll.noname." + std::to_string(g_runtime->unnamed++) : std::string(name);
   spec.send = send;
   spec.recv = recv;
   fusion::Descriptor& d = spec.descriptor;
@@ -64,13 +68,18 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
 }
 
 // Enqueues n requests, spec(i) built once the runtime is known to exist, as one group;
-// handles[i] for each, all NULL on error.
+// handles[i] for each, all NULL on error. `unnamed`: some of them have no name.
 detcoll_status_t enqueue(const char* call, size_t n,
-                         const std::function<fusion::RequestSpec(size_t)>& spec,
+                         const std::function<fusion::RequestSpec(size_t)>& spec, bool unnamed,
                          detcoll_handle_t* handles) {
   const Status rejected = takeRejection();
   fusion::Engine* engine = nullptr;
   if (Status s = engineFor(call, &engine); !s.isOk()) return finish(s);
+  // An unnamed request is named by its order on this rank: only one thread's order is the same on
+  // every rank.
+  if (unnamed) {
+    if (Status s = callingThreadMayPairByOrder(call); !s.isOk()) return finish(s);
+  }
   std::vector<fusion::RequestSpec> specs;
   for (size_t i = 0; i < n; ++i) {
     specs.push_back(spec(i));
@@ -95,7 +104,7 @@ detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const vo
   *handle = nullptr;
   return enqueue(
       call, 1, [&](size_t) { return makeSpec(kind, send, recv, count, dtype, op, root, name); },
-      handle);
+      unnamed(name), handle);
 }
 
 }  // namespace
@@ -144,6 +153,7 @@ detcoll_status_t detcoll_grouped_allreduce_async(int n, const void* const* sendb
                         static_cast<int>(dtype), static_cast<int>(op), 0,
                         names != nullptr ? names[i] : nullptr);
       },
+      names == nullptr || std::any_of(names, names + n, [](const char* s) { return unnamed(s); }),
       handles);
 }
 

@@ -36,6 +36,7 @@ std::unique_ptr<Runtime> g_runtime;
 
 namespace {
 bool g_ownsMpi = false;
+bool g_finalized = false;  // detcoll_finalize ran, and detcoll_init has not run since
 std::optional<Mode> g_modeOverride;
 thread_local std::string t_lastError;
 thread_local std::string t_rejection;  // detcoll_reject_next_call's reason, until a call takes it
@@ -56,7 +57,28 @@ detcoll_status_t finish(const Status& status) {
 }
 
 Status notInitialized(const char* call) {
-  return Status::notInitialized(std::string(call) + " called before detcoll_init");
+  return Status::notInitialized(std::string(call) + (g_finalized ? " called after detcoll_finalize"
+                                                                 : " called before detcoll_init"));
+}
+
+Status callingThreadMayPairByOrder(const char* call) {
+  if (std::this_thread::get_id() == g_runtime->owner) return Status::ok();
+  return Status::invalidArgument(
+      std::string(call) +
+      " called from a thread other than the one that called detcoll_init: blocking collectives "
+      "and unnamed requests pair across ranks by their order, so they are made by that thread "
+      "only; other threads may make named asynchronous requests, which pair by name");
+}
+
+Status enterBlockingCall(const char* call) {
+  if (!g_runtime) return notInitialized(call);
+  return callingThreadMayPairByOrder(call);
+}
+
+Status leaveBlockingCall(const Status& status) {
+  if (status.isOk() || !g_runtime || g_runtime->comm->health().isOk()) return status;
+  if (g_runtime->engine) g_runtime->engine->abandon(g_runtime->comm->health());
+  return status;
 }
 
 Status locateMemory(const void* pointer, int* device) {
@@ -165,6 +187,14 @@ Status initialize() {
 
   Status local = loadConfig(processEnvironment(), &runtime->config);
   if (local.isOk()) setLogLevel(runtime->config.logLevel);
+  runtime->owner = std::this_thread::get_id();
+  // Every wait on a peer from here on, init's own included, warns and gives up like the engine's
+  // stalls (docs/design.md, "Failures").
+  collective::transport::Patience patience;
+  patience.warnSeconds = runtime->config.engine.stallWarningSeconds;
+  patience.limitSeconds = runtime->config.engine.stallShutdownSeconds;
+  patience.warn = [](const std::string& text) { DETCOLL_LOG(kWarn) << text; };
+  runtime->comm->setPatience(patience);
   runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
   runtime->collectives->setGpuTransport(runtime->config.collective.gpuTransport);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.collective.mode;
@@ -186,6 +216,7 @@ Status initialize() {
   if (lowest >= MPI_THREAD_MULTIPLE) {
     DETCOLL_RETURN_IF_ERROR(
         collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->engineComm));
+    runtime->engineComm->setPatience(patience);
     runtime->engine =
         std::make_unique<fusion::Engine>(*runtime->engineComm, runtime->config.engine);
     // A timeline that cannot be written fails init on every rank (the engines still start, so
@@ -203,7 +234,19 @@ Status initialize() {
   DETCOLL_LOG(kInfo) << "initialized: rank " << runtime->comm->rank() << " of "
                      << runtime->comm->size() << ", mode " << modeName(mode);
   g_runtime = std::move(runtime);
+  g_finalized = false;
   return Status::ok();
+}
+
+// Why the job failed (a rank gave up on a peer, a stall stopped the engines), or ok.
+Status jobFailure(Runtime& runtime) {
+  Status failure = runtime.comm->health();
+  if (failure.isOk() && runtime.engineComm) failure = runtime.engineComm->health();
+  if (failure.isOk() && runtime.engine) {
+    const Status stopped = runtime.engine->stoppedBecause();
+    if (stopped.code() == StatusCode::kTimeout) failure = stopped;
+  }
+  return failure;
 }
 
 }  // namespace
@@ -224,12 +267,28 @@ detcoll_status_t detcoll_finalize(void) {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::unique_lock<std::shared_mutex> runtime(g_runtimeMutex);
   if (!g_runtime && !g_ownsMpi) return finish(notInitialized("detcoll_finalize"));
+  // After a failure of the job, MPI_Finalize would wait for the ranks that stopped answering (it
+  // synchronizes every process): a process must be able to exit after any error, so finalize
+  // skips it, and mpirun, seeing a process end without it, ends the job (docs/design.md,
+  // "Failures").
+  Status failure = g_runtime ? jobFailure(*g_runtime) : Status::ok();
+  if (!failure.isOk()) {
+    if (g_runtime->engine) g_runtime->engine->abandon(failure);  // no last negotiation
+    DETCOLL_LOG(kWarn) << "detcoll_finalize after a failure of the job (" << failure.message()
+                       << "): "
+                       << (g_ownsMpi ? "skipping MPI_Finalize, which would wait for the ranks that "
+                                       "stopped answering; mpirun ends the job when this process "
+                                       "exits"
+                                     : "the caller initialized MPI; MPI_Finalize would wait for "
+                                       "the ranks that stopped answering: exit without it");
+  }
   g_runtime.reset();
   setLogRank(-1);
+  g_finalized = true;
   if (g_ownsMpi) {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (!finalized && failure.isOk()) MPI_Finalize();
     g_ownsMpi = false;
   }
   return DETCOLL_SUCCESS;
@@ -275,13 +334,14 @@ detcoll_status_t detcoll_allreduce(const void* sendbuf, void* recvbuf, size_t co
                                    detcoll_dtype_t dtype, detcoll_op_t op, const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
-  if (!g_runtime) return finish(notInitialized("detcoll_allreduce"));
+  if (Status entered = enterBlockingCall("detcoll_allreduce"); !entered.isOk())
+    return finish(entered);
   BufferPlace place;
   if (precheck.isOk()) precheck = place.add(sendbuf, "sendbuf");
   if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
-  return finish(g_runtime->collectives->allreduce(currentMode(), sendbuf, recvbuf, count,
-                                                  static_cast<int>(dtype), static_cast<int>(op),
-                                                  name, precheck, place.device()));
+  return finish(leaveBlockingCall(g_runtime->collectives->allreduce(
+      currentMode(), sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op), name,
+      precheck, place.device())));
 }
 
 detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves, void* recvbuf,
@@ -289,7 +349,8 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
                                           const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
-  if (!g_runtime) return finish(notInitialized("detcoll_allreduce_leaves"));
+  if (Status entered = enterBlockingCall("detcoll_allreduce_leaves"); !entered.isOk())
+    return finish(entered);
   BufferPlace place;
   if (precheck.isOk() && leaves != nullptr && nleaves >= 1 &&
       nleaves <= collective::kMaxLeavesPerRank) {  // else the collective says why
@@ -298,32 +359,34 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
     }
   }
   if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
-  return finish(g_runtime->collectives->allreduceLeaves(
+  return finish(leaveBlockingCall(g_runtime->collectives->allreduceLeaves(
       currentMode(), leaves, nleaves, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op),
-      name, precheck, place.device()));
+      name, precheck, place.device())));
 }
 
 detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtype, int root,
                                    const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
-  if (!g_runtime) return finish(notInitialized("detcoll_broadcast"));
+  if (Status entered = enterBlockingCall("detcoll_broadcast"); !entered.isOk())
+    return finish(entered);
   BufferPlace place;
   if (precheck.isOk()) precheck = place.add(buf, "buf");
-  return finish(g_runtime->collectives->broadcast(buf, count, static_cast<int>(dtype), root, name,
-                                                  precheck, place.device()));
+  return finish(leaveBlockingCall(g_runtime->collectives->broadcast(
+      buf, count, static_cast<int>(dtype), root, name, precheck, place.device())));
 }
 
 detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
                                    detcoll_dtype_t dtype, const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Status precheck = takeRejection();
-  if (!g_runtime) return finish(notInitialized("detcoll_allgather"));
+  if (Status entered = enterBlockingCall("detcoll_allgather"); !entered.isOk())
+    return finish(entered);
   BufferPlace place;
   if (precheck.isOk()) precheck = place.add(sendbuf, "sendbuf");
   if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
-  return finish(g_runtime->collectives->allgather(sendbuf, recvbuf, count, static_cast<int>(dtype),
-                                                  name, precheck, place.device()));
+  return finish(leaveBlockingCall(g_runtime->collectives->allgather(
+      sendbuf, recvbuf, count, static_cast<int>(dtype), name, precheck, place.device())));
 }
 
 detcoll_status_t detcoll_set_cuda_stream(void* stream) {

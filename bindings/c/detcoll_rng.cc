@@ -131,7 +131,8 @@ void detcoll_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_
 
 detcoll_status_t detcoll_rng_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_runtime) return finish(notInitialized("detcoll_rng_seed"));
+  if (Status entered = enterBlockingCall("detcoll_rng_seed"); !entered.isOk())
+    return finish(entered);
   collective::AgreedValue mine;
   mine.present = true;
   mine.words[0] = seed;
@@ -278,7 +279,8 @@ detcoll_status_t detcoll_rng_state_save(void* buf, size_t size, size_t* needed) 
 
 detcoll_status_t detcoll_rng_state_restore(const void* buf, size_t size) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_runtime) return finish(notInitialized("detcoll_rng_state_restore"));
+  if (Status entered = enterBlockingCall("detcoll_rng_state_restore"); !entered.isOk())
+    return finish(entered);
   rng::SeedState restored;
   Status local = rng::SeedState::deserialize(buf, size, &restored);
   collective::AgreedValue mine;

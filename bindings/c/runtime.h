@@ -10,6 +10,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 
 #include "bindings/c/config.h"
 #include "bindings/c/detcoll.h"
@@ -28,6 +29,9 @@ struct Runtime {
   std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
   std::string noEngine;                    // why there is no engine
   std::atomic<uint64_t> unnamed{0};
+  // The thread that called detcoll_init: the only one whose calls pair by order (blocking calls,
+  // unnamed requests); see callingThreadMayPairByOrder.
+  std::thread::id owner;
   Config config;
   int localRank = 0;
   int localSize = 1;
@@ -47,8 +51,18 @@ extern std::unique_ptr<Runtime> g_runtime;
 
 // The C status of `status`; a failure also sets the thread's last error.
 detcoll_status_t finish(const Status& status);
-// "<call> called before detcoll_init".
+// "<call> called before detcoll_init", or "... after detcoll_finalize".
 Status notInitialized(const char* call);
+// Whether this thread may make a call that pairs across ranks by its order (a blocking
+// collective, an unnamed request): only the thread that called detcoll_init may (docs/design.md,
+// "Threads"). Calls from two threads would pair by timing, so one thread's data could meet
+// another's call on another rank. An error naming `call` otherwise.
+Status callingThreadMayPairByOrder(const char* call);
+// The start of a blocking collective: initialized, and on the thread that may make it.
+Status enterBlockingCall(const char* call);
+// The end of a blocking collective: where it failed because a rank gave up (the job failed, not
+// the call), the fusion engine stops too, without a last negotiation. Returns `status`.
+Status leaveBlockingCall(const Status& status);
 // The pending rejection of this thread's next collective (detcoll_reject_next_call) as a failed
 // local check, or ok; taking it clears it.
 Status takeRejection();

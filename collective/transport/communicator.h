@@ -6,7 +6,9 @@
 // live in collective/ (docs/design.md, "Layers").
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -14,6 +16,15 @@
 namespace detcoll::collective::transport {
 
 class NativeCollectives;
+
+// How long a wait for a peer may last (docs/design.md, "Failures"): after warnSeconds it is
+// reported through `warn` (and again every warnSeconds), after limitSeconds the communicator gives
+// up (abandon()). 0: never.
+struct Patience {
+  double warnSeconds = 0;
+  double limitSeconds = 0;
+  std::function<void(const std::string&)> warn;
+};
 
 // A posted, not yet completed, send or receive.
 class Transfer {
@@ -36,15 +47,32 @@ class Communicator {
 
   // Nonblocking point-to-point. Messages between one pair of ranks with one tag are matched in
   // posting order. A receive accepts any message up to `capacity` bytes; a larger one fails.
-  // The buffer must stay valid until the transfer completes. Tags are in [0, kMaxTag].
+  // The buffer must stay valid until the transfer completes. Tags are in [0, kMaxTag).
   virtual std::unique_ptr<Transfer> isend(const void* data, size_t bytes, int peer, int tag) = 0;
   virtual std::unique_ptr<Transfer> irecv(void* data, size_t capacity, int peer, int tag) = 0;
+
+  // Failures of the job rather than of a call (docs/design.md, "Failures"). A transport that
+  // cannot tell (the thread communicator of the unit tests) keeps the defaults: it waits forever
+  // and is always healthy.
+  //
+  // From now on, waits follow `patience`: a wait past its limit abandons the communicator with a
+  // DETCOLL_ERR_TIMEOUT naming the peer it waited for.
+  virtual void setPatience(const Patience& patience) { (void)patience; }
+  // Gives up on the communicator: `why` becomes the status of every wait and every later
+  // transfer, transfers in flight are released without waiting, and every peer is told, so that
+  // a peer waiting on this rank fails at once naming the cause, and a peer that was away and
+  // comes back fails its call instead of completing it from messages left behind.
+  virtual void abandon(const Status& why) { (void)why; }
+  // ok, or why the communicator can no longer be used: it gave up, or a peer told it it gave up.
+  // Cheap (one probe): called at the start and end of every blocking collective.
+  virtual Status health() { return Status::ok(); }
 
   // The backend's own collectives, where it has them (MPI does), or null: the algorithms use
   // them where they may (native mode, broadcast, allgather, barrier) and run their own schedules
   // over isend/irecv otherwise.
   virtual NativeCollectives* native() { return nullptr; }
 
+  // Tags of the layers above are below kMaxTag; kMaxTag itself carries abandonment notices.
   static constexpr int kMaxTag = 32767;
 };
 
@@ -60,6 +88,8 @@ class NativeCollectives {
   // Every rank's `bytes` into recv in rank order.
   virtual Status allgather(const void* send, void* recv, size_t bytes) = 0;
   virtual Status barrier() = 0;
+  // These wait with the communicator's patience too; a collective in flight cannot be taken back,
+  // so one that gives up leaves its buffers to MPI (docs/design.md, "Failures").
 };
 
 // Blocking helpers over isend/irecv.

@@ -1,8 +1,11 @@
 #include "collective/transport/mpi_communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/fold.h"
@@ -16,7 +19,8 @@ constexpr size_t kMaxMessage = size_t{1} << 30;
 // One MPI request, or several for a message above kMaxMessage.
 class MpiTransfer : public Transfer {
  public:
-  explicit MpiTransfer(Status posted) : posted_(std::move(posted)) {}
+  MpiTransfer(MpiCommunicator& comm, MpiCommunicator::Waiting what, int peer)
+      : comm_(comm), what_(what), peer_(peer) {}
   void add(MPI_Request request) {
     if (count_ == 0) {
       first_ = request;
@@ -33,13 +37,16 @@ class MpiTransfer : public Transfer {
     done_ = true;
     if (!posted_.isOk()) return posted_;
     size_t total = 0;
+    const char* call = what_ == MpiCommunicator::Waiting::kSend ? "MPI_Isend" : "MPI_Irecv";
     for (size_t i = 0; i < count_; ++i) {
       MPI_Request& request = i == 0 ? first_ : more_[i - 1];
       MPI_Status status;
-      const int rc = MPI_Wait(&request, &status);
-      if (rc != MPI_SUCCESS) {
-        posted_ = mpiError("MPI_Wait", rc);
-        return posted_;
+      // After a failure the other requests are still released (await on an abandoned
+      // communicator returns at once).
+      const Status s = comm_.await(&request, &status, what_, peer_, call);
+      if (!s.isOk()) {
+        if (posted_.isOk()) posted_ = s;
+        continue;
       }
       if (bytes != nullptr) {
         int received = 0;
@@ -47,6 +54,7 @@ class MpiTransfer : public Transfer {
         total += static_cast<size_t>(received);
       }
     }
+    if (!posted_.isOk()) return posted_;
     if (bytes != nullptr) *bytes = total;
     return Status::ok();
   }
@@ -71,12 +79,21 @@ class MpiTransfer : public Transfer {
   void fail(Status status) { posted_ = std::move(status); }
 
  private:
+  MpiCommunicator& comm_;
+  const MpiCommunicator::Waiting what_;
+  const int peer_;
   Status posted_;
   MPI_Request first_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> more_;
   size_t count_ = 0;
   bool done_ = false;
 };
+
+std::string secondsText(double s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", s);
+  return text;
+}
 
 // inout = in op inout, for the 16-bit float types MPI does not know.
 template <DataType kType, ReduceOp kOp>
@@ -154,12 +171,138 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm_);
+  // An abandoned communicator may still have operations in flight that no peer will complete: it
+  // is left to the end of the process.
+  if (!finalized && broken_.isOk()) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::abandon(const Status& why) {
+  if (!broken_.isOk()) return;
+  broken_ = why;
+  // The notice: the status code, then the text. Its buffer lives as long as the process, since
+  // the sends are not waited for (MPI_Request_free).
+  auto* notice = new std::string(1, static_cast<char>(why.code()));
+  *notice += "rank " + std::to_string(rank_) + " gave up: " + why.message();
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    MPI_Request request;
+    if (MPI_Isend(notice->data(), static_cast<int>(notice->size()), MPI_BYTE, peer, kMaxTag, comm_,
+                  &request) == MPI_SUCCESS) {
+      MPI_Request_free(&request);
+    }
+  }
+}
+
+Status MpiCommunicator::health() {
+  if (!broken_.isOk()) return broken_;
+  int flag = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kMaxTag, comm_, &flag, &status) != MPI_SUCCESS || !flag) {
+    return broken_;
+  }
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  std::string notice(static_cast<size_t>(std::max(bytes, 1)), '\0');
+  MPI_Recv(notice.data(), bytes, MPI_BYTE, status.MPI_SOURCE, kMaxTag, comm_, MPI_STATUS_IGNORE);
+  int code = static_cast<unsigned char>(notice[0]);
+  if (code <= static_cast<int>(StatusCode::kSuccess) ||
+      code > static_cast<int>(StatusCode::kInternal)) {
+    code = static_cast<int>(StatusCode::kTimeout);
+  }
+  // Told, not giving up itself: no notice of its own (the rank that gave up told every rank).
+  broken_ = Status(static_cast<StatusCode>(code), notice.substr(1));
+  return broken_;
+}
+
+void MpiCommunicator::release(MPI_Request* request, Waiting what) {
+  if (*request == MPI_REQUEST_NULL) return;
+  switch (what) {
+    case Waiting::kReceive:
+      // Cancelled, so that a message arriving later is not written into the caller's buffer.
+      MPI_Cancel(request);
+      MPI_Request_free(request);
+      break;
+    case Waiting::kSend:
+      MPI_Request_free(request);  // the message may still go; its buffer is not ours to hold
+      break;
+    case Waiting::kCollective:
+      // Neither cancelled nor freed (MPI allows neither for collectives): left in flight.
+      *request = MPI_REQUEST_NULL;
+      break;
+  }
+}
+
+Status MpiCommunicator::await(MPI_Request* request, MPI_Status* status, Waiting what, int peer,
+                              const char* call) {
+  if (!broken_.isOk()) {
+    release(request, what);
+    return broken_;
+  }
+  if (patience_.limitSeconds <= 0 && patience_.warnSeconds <= 0) {
+    const int rc = MPI_Wait(request, status == nullptr ? MPI_STATUS_IGNORE : status);
+    return rc == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Wait", rc);
+  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point nextLook = start + std::chrono::milliseconds(1);
+  double nextWarning = patience_.warnSeconds;
+  auto whom = [&] {
+    switch (what) {
+      case Waiting::kReceive:
+        return "a message from rank " + std::to_string(peer);
+      case Waiting::kSend:
+        return "rank " + std::to_string(peer) + " to take a message";
+      case Waiting::kCollective:
+        break;
+    }
+    return std::string("the other ranks in ") + call;
+  };
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Test(request, &done, status == nullptr ? MPI_STATUS_IGNORE : status);
+    if (rc != MPI_SUCCESS) return mpiError("MPI_Test", rc);
+    if (done) return Status::ok();
+    const Clock::time_point now = Clock::now();
+    if (now < nextLook) continue;
+    nextLook = now + std::chrono::milliseconds(1);
+    const Status healthy = health();
+    if (!healthy.isOk()) {
+      release(request, what);
+      return healthy;
+    }
+    const double waited = std::chrono::duration<double>(now - start).count();
+    if (patience_.limitSeconds > 0 && waited >= patience_.limitSeconds) {
+      const std::string who = what == Waiting::kCollective ? std::string("a rank in ") + call
+                                                           : "rank " + std::to_string(peer);
+      abandon(Status::timeout(who + " stopped answering: rank " + std::to_string(rank_) +
+                              " waited " + secondsText(patience_.limitSeconds) + " for " + whom() +
+                              " (the stall limit, DETCOLL_STALL_SHUTDOWN_SECONDS); detcoll "
+                              "stops communicating"));
+      release(request, what);
+      return broken_;
+    }
+    if (patience_.warnSeconds > 0 && waited >= nextWarning) {
+      nextWarning += patience_.warnSeconds;
+      if (patience_.warn) {
+        patience_.warn("stall: rank " + std::to_string(rank_) + " has waited " +
+                       secondsText(waited) + " for " + whom());
+      }
+    }
+  }
+}
+
+Status MpiCommunicator::started(const char* call, int rc, MPI_Request* request) {
+  if (rc != MPI_SUCCESS) return mpiError(call, rc);
+  return await(request, nullptr, Waiting::kCollective, -1, call);
 }
 
 std::unique_ptr<Transfer> MpiCommunicator::isend(const void* data, size_t bytes, int peer,
                                                  int tag) {
-  auto result = std::make_unique<MpiTransfer>(Status::ok());
+  auto result = std::make_unique<MpiTransfer>(*this, Waiting::kSend, peer);
+  if (!broken_.isOk()) {
+    result->fail(broken_);
+    return result;
+  }
   const char* p = static_cast<const char*>(data);
   size_t offset = 0;
   do {
@@ -177,7 +320,11 @@ std::unique_ptr<Transfer> MpiCommunicator::isend(const void* data, size_t bytes,
 }
 
 std::unique_ptr<Transfer> MpiCommunicator::irecv(void* data, size_t capacity, int peer, int tag) {
-  auto result = std::make_unique<MpiTransfer>(Status::ok());
+  auto result = std::make_unique<MpiTransfer>(*this, Waiting::kReceive, peer);
+  if (!broken_.isOk()) {
+    result->fail(broken_);
+    return result;
+  }
   char* p = static_cast<char*>(data);
   size_t offset = 0;
   do {
@@ -195,8 +342,9 @@ std::unique_ptr<Transfer> MpiCommunicator::irecv(void* data, size_t capacity, in
 }
 
 Status MpiCommunicator::barrier() {
-  const int rc = MPI_Barrier(comm_);
-  return rc == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Barrier", rc);
+  DETCOLL_RETURN_IF_ERROR(broken_);
+  MPI_Request request;
+  return started("MPI_Barrier", MPI_Ibarrier(comm_, &request), &request);
 }
 
 Status MpiCommunicator::allreduce(const void* send, void* recv, size_t count, DataType type,
@@ -204,6 +352,7 @@ Status MpiCommunicator::allreduce(const void* send, void* recv, size_t count, Da
   if (op == ReduceOp::kAverage) {
     return Status::internal("MPI's allreduce sums; an average is divided afterwards by its caller");
   }
+  DETCOLL_RETURN_IF_ERROR(broken_);
   const size_t es = dataTypeSize(type);
   MPI_Op mop = mpiReduceOp(op);
   if (type == DataType::kFloat16) mop = halfMpiOp<DataType::kFloat16>(op);
@@ -212,24 +361,29 @@ Status MpiCommunicator::allreduce(const void* send, void* recv, size_t count, Da
   for (size_t offset = 0; offset < count; offset += maxCount) {
     const int n = static_cast<int>(std::min(maxCount, count - offset));
     const void* in = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + offset * es;
-    const int rc =
-        MPI_Allreduce(in, static_cast<char*>(recv) + offset * es, n, mpiDataType(type), mop, comm_);
-    if (rc != MPI_SUCCESS) return mpiError("MPI_Allreduce", rc);
+    MPI_Request request;
+    DETCOLL_RETURN_IF_ERROR(started("MPI_Allreduce",
+                                    MPI_Iallreduce(in, static_cast<char*>(recv) + offset * es, n,
+                                                   mpiDataType(type), mop, comm_, &request),
+                                    &request));
   }
   return Status::ok();
 }
 
 Status MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  DETCOLL_RETURN_IF_ERROR(broken_);
   char* p = static_cast<char*>(data);
   for (size_t offset = 0; offset < bytes; offset += kMaxMessage) {
     const int n = static_cast<int>(std::min(kMaxMessage, bytes - offset));
-    const int rc = MPI_Bcast(p + offset, n, MPI_BYTE, root, comm_);
-    if (rc != MPI_SUCCESS) return mpiError("MPI_Bcast", rc);
+    MPI_Request request;
+    DETCOLL_RETURN_IF_ERROR(
+        started("MPI_Bcast", MPI_Ibcast(p + offset, n, MPI_BYTE, root, comm_, &request), &request));
   }
   return Status::ok();
 }
 
 Status MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
+  DETCOLL_RETURN_IF_ERROR(broken_);
   char* out = static_cast<char*>(recv);
   if (bytes > kMaxMessage) {
     // MPI counts are int: each rank's block as a broadcast of its own, in segments.
@@ -240,9 +394,11 @@ Status MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
     return Status::ok();
   }
   const void* in = send == out + rank_ * bytes ? MPI_IN_PLACE : send;
-  const int rc = MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
-                               MPI_BYTE, comm_);
-  return rc == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Allgather", rc);
+  MPI_Request request;
+  return started("MPI_Allgather",
+                 MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, recv,
+                                static_cast<int>(bytes), MPI_BYTE, comm_, &request),
+                 &request);
 }
 
 }  // namespace detcoll::collective::transport

@@ -10,7 +10,13 @@ namespace detcoll::collective::transport {
 
 // Communicator over MPI. It works on a duplicate of the given communicator, so detcoll's messages
 // never match the caller's, with MPI_ERRORS_RETURN, so an MPI failure becomes a status instead of
-// an abort. MPI's own collectives are its native ones.
+// an abort. MPI's own collectives are its native ones, started nonblocking and waited for like
+// any transfer.
+//
+// Waits: with no patience set, MPI_Wait. With patience, a loop of MPI_Test (MPI progresses only
+// inside MPI calls, so it never sleeps) that every millisecond looks at the clock and probes for
+// abandonment notices. Open MPI 4 has no failure notification (ULFM is not in Debian's build), so
+// a peer that stopped answering is one that sent nothing for the limit.
 class MpiCommunicator : public Communicator, public NativeCollectives {
  public:
   static Status create(MPI_Comm parent, std::unique_ptr<MpiCommunicator>* out);
@@ -31,11 +37,26 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
   Status allgather(const void* send, void* recv, size_t bytes) override;
   Status barrier() override;
 
+  void setPatience(const Patience& patience) override { patience_ = patience; }
+  void abandon(const Status& why) override;
+  Status health() override;
+
+  // What a wait is for, for its messages.
+  enum class Waiting { kReceive, kSend, kCollective };
+  // Waits for one request with the communicator's patience. A request given up on is released
+  // (a receive cancelled; a collective's left to MPI) and the communicator abandoned.
+  Status await(MPI_Request* request, MPI_Status* status, Waiting what, int peer, const char* call);
+
  private:
   explicit MpiCommunicator(MPI_Comm comm);
+  void release(MPI_Request* request, Waiting what);
+  Status started(const char* call, int rc, MPI_Request* request);
+
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  Patience patience_;
+  Status broken_;  // set once, by abandon() or a peer's notice
 };
 
 // The MPI type of a dtype: float16 and bfloat16 travel as MPI_UINT16_T (MPI has no such float

@@ -484,12 +484,24 @@ TEST(FusionCoordinatorTest, StallWarnsThenFails) {
   EXPECT_EQ(summary(c.process(idle, at(29.9))), "");
   EXPECT_EQ(c.pendingCount(), 1u);
   r = c.process(idle, at(30));
-  ASSERT_EQ(summary(r), "error s TIMEOUT");
+  // The stall fails the name and stops every engine, with TIMEOUT and the stall as the reason.
+  ASSERT_EQ(summary(r), "error s TIMEOUT; shutdown");
   expectHas(r.errors[0].status.message(), "'s'");
   expectHas(r.errors[0].status.message(), "rank 2 did not submit");
+  EXPECT_EQ(r.shutdownCode, StatusCode::kTimeout);
+  EXPECT_EQ(r.shutdownReason, r.errors[0].status.message());
   EXPECT_EQ(c.pendingCount(), 0u);
-  EXPECT_EQ(summary(c.process(idle, at(100))), "");
   EXPECT_EQ(warnings.size(), 2u);
+}
+
+TEST(FusionCoordinatorTest, ARanksShutdownIsNotATimeout) {
+  Names warnings;
+  Coordinator c(3, stallOptions(&warnings));
+  std::vector<RankMessage> m(3);
+  m[2].shutdown = true;
+  const Response r = c.process(m, at(0));
+  ASSERT_EQ(summary(r), "shutdown");
+  EXPECT_EQ(r.shutdownCode, StatusCode::kNotInitialized);
 }
 
 TEST(FusionCoordinatorTest, StallClockStartsAtFirstAnnouncement) {
@@ -502,14 +514,19 @@ TEST(FusionCoordinatorTest, StallClockStartsAtFirstAnnouncement) {
   r = c.process(idle, at(60));
   ASSERT_EQ(warnings.size(), 1u);
   expectHas(warnings[0], "ranks 0, 2 and 3; submitted by rank 1");
-  EXPECT_EQ(summary(c.process(idle, at(80))), "error late TIMEOUT");
-  // A group member that times out takes its waiting group with it.
+  EXPECT_EQ(summary(c.process(idle, at(80))), "error late TIMEOUT; shutdown");
+}
+
+TEST(FusionCoordinatorTest, AStalledGroupMemberTakesItsGroupWithIt) {
+  Names warnings;
+  Coordinator c(4, stallOptions(&warnings));
+  const std::vector<RankMessage> idle(4);
   const Descriptor g = grouped(allreduce(10), 3, 2);
   std::vector<RankMessage> m = all(4, announce({"g.a", "g.b"}, g));
   m[3] = announce({"g.b"}, g);
   EXPECT_EQ(summary(c.process(m, at(85))), "");
   EXPECT_EQ(summary(c.process(idle, at(114.9))), "");
-  EXPECT_EQ(summary(c.process(idle, at(115))), "error g.a TIMEOUT; error g.b TIMEOUT");
+  EXPECT_EQ(summary(c.process(idle, at(115))), "error g.a TIMEOUT; error g.b TIMEOUT; shutdown");
   EXPECT_EQ(c.pendingCount(), 0u);
 }
 

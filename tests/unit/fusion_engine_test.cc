@@ -483,11 +483,12 @@ TEST(FusionEngineErrorTest, DuplicateNameIsRefusedAndTheFirstStillCompletes) {
   });
 }
 
-TEST(FusionEngineErrorTest, StallWarnsThenTimesOutNamingTheMissingRank) {
+TEST(FusionEngineErrorTest, StallWarnsThenTimesOutNamingTheMissingRankAndStopsEveryEngine) {
   const int p = 3;
   std::mutex mutex;
   std::vector<std::string> warnings;
   std::vector<Status> late(p);
+  std::vector<Status> afterwards(p);
   std::vector<double> waited(p, 0);
   runRanks(p, [&](Communicator& comm) {
     const int r = comm.rank();
@@ -499,23 +500,35 @@ TEST(FusionEngineErrorTest, StallWarnsThenTimesOutNamingTheMissingRank) {
       warnings.push_back(text);
     };
     const Buffer in = randomBuffer(kF32, 64, 40 + r);
-    const Buffer ref = blockingAllreduce(comm, Mode::kOrdered, in, 64, kF32, ReduceOp::kSum, "x");
     Buffer out = output(64 * 4), after = output(64 * 4);
     withEngine(comm, options, [&](Engine& engine) {
-      if (r != 2) {  // rank 2 never enqueues "late"
+      if (r != 2) {  // rank 2 does not enqueue "late" in time
         const Clock::time_point begin = Clock::now();
         RequestPtr request = enqueueOk(engine, allreduce("late", kF32, 64, in.data(), out.data()));
         late[r] = waitFor(request);
         waited[r] = std::chrono::duration<double>(Clock::now() - begin).count();
       }
       ASSERT_TRUE(ok(collective::barrier(comm)));
-      // The engines still work after the stall.
-      RequestPtr next = enqueueOk(engine, allreduce("after", kF32, 64, in.data(), after.data()));
-      EXPECT_TRUE(ok(waitFor(next))) << "rank " << r;
-      EXPECT_TRUE(sameBits(after.data(), ref.data(), 64, kF32)) << "rank " << r;
+      // The stall stopped every engine, rank 2's too: its late "late" and everyone's next request
+      // are refused with the stall's TIMEOUT, so nothing can pair across steps. (Every engine
+      // stops on the same response; rank 2's may take a moment to read it.)
+      for (int i = 0; i < 1000 && engine.stoppedBecause().isOk(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      RequestPtr next;
+      afterwards[r] = engine.enqueue(
+          allreduce(r == 2 ? "late" : "after", kF32, 64, in.data(), after.data()), nullptr, &next);
+      EXPECT_EQ(next, nullptr) << "rank " << r;
+      EXPECT_EQ(engine.stoppedBecause().code(), StatusCode::kTimeout) << "rank " << r;
     });
     EXPECT_TRUE(untouched(out)) << "rank " << r;
+    EXPECT_TRUE(untouched(after)) << "rank " << r;
   });
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(afterwards[r].code(), StatusCode::kTimeout) << "rank " << r;
+    EXPECT_TRUE(contains(afterwards[r].message(), "'late' stalled: rank 2"))
+        << afterwards[r].message();
+  }
   late.pop_back();
   expectSameFailureEverywhere(late, StatusCode::kTimeout, {"'late'", "rank 2"});
   // The rank announced first waited the whole stallShutdownSeconds.
