@@ -29,9 +29,22 @@ struct WireHeader {
   uint64_t count;
   uint64_t nameHash;
 };
-static_assert(sizeof(WireHeader) == 32);
+static_assert(sizeof(WireHeader) == CallAgreement::kHeaderBytes);
 
-constexpr size_t kSlot = sizeof(WireHeader) + CallAgreement::kInlineBytes;
+constexpr size_t kSlot = CallAgreement::kRecordBytes;
+
+// A header agree() could have sent: the magic, a status code, at least one leaf, no more payload
+// than a record holds. Anything else came from another program or from damaged memory.
+bool wellFormed(const WireHeader& h) {
+  return h.magic == kMagic && h.status <= static_cast<uint8_t>(StatusCode::kInternal) &&
+         h.leaves >= 1 && h.payloadBytes <= CallAgreement::kInlineBytes;
+}
+
+WireHeader headerOf(const char* record) {
+  WireHeader h;
+  std::memcpy(&h, record, sizeof h);
+  return h;
+}
 
 uint8_t clampByte(int value) {
   return static_cast<uint8_t>(value < 0 || value > 255 ? 255 : value);
@@ -67,24 +80,11 @@ std::string describeCall(const RankView& v) {
   return s;
 }
 
-bool headersAgree(const Agreement& agreement, int p) {
-  const WireHeader& f = *reinterpret_cast<const WireHeader*>(agreement.record(0));
-  for (int j = 0; j < p; ++j) {
-    const WireHeader* h = reinterpret_cast<const WireHeader*>(agreement.record(j));
-    if (h->magic != kMagic || h->status != 0 || h->kind != f.kind || h->nameHash != f.nameHash ||
-        h->mode != f.mode || h->dtype != f.dtype || h->op != f.op || h->count != f.count ||
-        h->root != f.root || h->device != f.device) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // The failure every rank words identically from the same headers and texts.
 Status failure(const std::vector<RankView>& all) {
   const int p = static_cast<int>(all.size());
   for (int j = 0; j < p; ++j) {
-    if (all[j].header->magic != kMagic) {
+    if (!wellFormed(*all[j].header)) {
       return Status::internal("rank " + std::to_string(j) +
                               " sent a call description detcoll does not recognise");
     }
@@ -193,17 +193,42 @@ Status CallAgreement::agree(transport::Communicator& comm, const CallDescription
   if (h.payloadBytes > 0) std::memcpy(record_.data() + sizeof(h), payload, h.payloadBytes);
   DETCOLL_RETURN_IF_ERROR(
       agreement_.exchangeRecords(comm, record_.data(), record_.size(), kSlot, sizeof(WireHeader)));
-  if (headersAgree(agreement_, p)) return Status::ok();
+  std::vector<const char*> records(p);
+  for (int j = 0; j < p; ++j) records[j] = agreement_.record(j);
+  if (callRecordsAgree(records)) return Status::ok();
 
   // Every rank saw the same headers, so every rank takes this path: exchange the names and
   // error texts and word the failure.
   std::vector<std::vector<std::string>> texts;
   DETCOLL_RETURN_IF_ERROR(
       agreement_.exchangeTexts(comm, {std::string(mine.name), mine.local.message()}, &texts));
+  return callFailure(records, texts);
+}
+
+bool callRecordsAgree(const std::vector<const char*>& records) {
+  if (records.empty()) return true;
+  const WireHeader f = headerOf(records[0]);
+  for (const char* record : records) {
+    const WireHeader h = headerOf(record);
+    if (!wellFormed(h) || h.status != 0 || h.kind != f.kind || h.nameHash != f.nameHash ||
+        h.mode != f.mode || h.dtype != f.dtype || h.op != f.op || h.count != f.count ||
+        h.root != f.root || h.device != f.device) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status callFailure(const std::vector<const char*>& records,
+                   const std::vector<std::vector<std::string>>& texts) {
+  const size_t p = records.size();
+  if (p == 0) return Status::internal("a call agreement without ranks");
+  std::vector<WireHeader> headers(p);
   std::vector<RankView> all(p);
-  for (int j = 0; j < p; ++j) {
-    all[j].header = reinterpret_cast<const WireHeader*>(agreement_.record(j));
-    if (texts[j].size() == 2) {
+  for (size_t j = 0; j < p; ++j) {
+    headers[j] = headerOf(records[j]);
+    all[j].header = &headers[j];
+    if (j < texts.size() && texts[j].size() == 2) {
       all[j].name = texts[j][0];
       all[j].error = texts[j][1];
     }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "collective/agreement.h"
 #include "collective/transport/communicator.h"
@@ -46,8 +47,10 @@ struct CallDescription {
 
 class CallAgreement {
  public:
-  // The largest inline payload, in bytes.
+  // The largest inline payload, in bytes; a record is a header and up to that much payload.
   static constexpr size_t kInlineBytes = 16 << 10;
+  static constexpr size_t kHeaderBytes = 32;
+  static constexpr size_t kRecordBytes = kHeaderBytes + kInlineBytes;
 
   // Exchanges `mine` and up to kInlineBytes of payload with every rank and returns the verdict,
   // the same status on every rank. payload(j) is then rank j's inline data (a copy, for this
@@ -63,5 +66,15 @@ class CallAgreement {
   Agreement agreement_;
   std::vector<char> record_;  // this rank's header and payload
 };
+
+// The verdict of a call agreement from every rank's record as each rank holds it (records[j]:
+// rank j's header and payload, kRecordBytes readable bytes), whatever the bytes: pure, so that
+// tests and fuzzers drive it directly. callRecordsAgree: every record is one agree() could have
+// sent, no local check failed and every rank describes the same call, so the call goes ahead.
+// Otherwise the ranks exchange texts (texts[j]: rank j's name and local error, or nothing) and
+// callFailure words the failure, the same on every rank.
+bool callRecordsAgree(const std::vector<const char*>& records);
+Status callFailure(const std::vector<const char*>& records,
+                   const std::vector<std::vector<std::string>>& texts);
 
 }  // namespace detcoll::collective
