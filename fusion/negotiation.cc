@@ -156,8 +156,10 @@ Status decode(const uint8_t* data, size_t size, Response* resp) {
   for (ErrorEntry& e : resp->errors) {
     StatusCode code = StatusCode::kSuccess;
     std::string message;
+    // An error fails its request: a success there would complete it with a buffer no collective
+    // wrote.
     if (!r.getString(&e.name) || !r.get(&code) || !r.getString(&message) ||
-        static_cast<int>(code) < static_cast<int>(StatusCode::kSuccess) ||
+        static_cast<int>(code) <= static_cast<int>(StatusCode::kSuccess) ||
         static_cast<int>(code) > static_cast<int>(StatusCode::kInternal)) {
       return malformed("response");
     }

@@ -119,8 +119,9 @@ Response sampleResponse() {
   for (uint32_t id : {0u, 65u, 129u}) r.cachedReady.set(id);
   r.ready.push_back({"w", allreduce(7, DataType::kBFloat16, ReduceOp::kAverage, Mode::kNative)});
   r.ready.push_back({"b", other(RequestKind::kBroadcast, 3, 1)});
-  for (int c = static_cast<int>(StatusCode::kSuccess); c <= static_cast<int>(StatusCode::kInternal);
-       ++c) {
+  // Every failure code (an error entry with success is malformed).
+  for (int c = static_cast<int>(StatusCode::kInvalidArgument);
+       c <= static_cast<int>(StatusCode::kInternal); ++c) {
     const auto code = static_cast<StatusCode>(c);
     r.errors.push_back({"e" + std::to_string(c), Status(code, statusCodeName(code))});
   }
