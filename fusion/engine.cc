@@ -247,6 +247,11 @@ Status Engine::stoppedBecause() {
   return stoppedBecause_;
 }
 
+Status Engine::communicatorFailure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return communicatorFailure_;
+}
+
 void Engine::finish(const std::vector<RequestPtr>& requests, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);  // one lock for all their names
@@ -310,6 +315,10 @@ void Engine::run() {
     }
     if (!abandoned.isOk()) {
       comm_.abandon(abandoned);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        communicatorFailure_ = abandoned;
+      }
       for (RequestPtr& request : fresh) pending_.emplace(request->name(), std::move(request));
       stop(abandoned);
       return;
@@ -338,6 +347,11 @@ void Engine::run() {
     next = response.partial ? Clock::now() : Clock::now() + cycle;
     if (!exchanged.isOk()) {
       DETCOLL_LOG(kError) << "negotiation failed: " << exchanged.toString();
+      const Status health = comm_.health();
+      if (!health.isOk()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        communicatorFailure_ = health;
+      }
       stop(exchanged.code() == StatusCode::kTimeout
                ? Status::timeout("detcoll stopped: " + exchanged.message())
                : exchanged.prefixed("the negotiation failed"));
@@ -456,7 +470,20 @@ void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThreshol
   plan.fusionThresholdBytes = fusionThresholdBytes;
   plan.directBytes = options_.directBytes;
   for (const Batch& batch : planBatches(ready, plan)) {
-    finish(batch.requests, runBatch(batch));
+    const Status status = runBatch(batch);
+    if (status.code() != StatusCode::kTimeout) {
+      finish(batch.requests, status);
+      continue;
+    }
+    // A failure of the job during the collective: each request says which it was.
+    const std::string fused =
+        batch.requests.size() > 1
+            ? " (fused with " + std::to_string(batch.requests.size() - 1) + " others)"
+            : std::string();
+    for (const RequestPtr& request : batch.requests) {
+      finish({request}, status.prefixed(std::string(requestKindName(request->descriptor().kind)) +
+                                        " " + quotedName(request->name()) + fused));
+    }
   }
 }
 

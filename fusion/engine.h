@@ -86,6 +86,9 @@ class Engine {
   void abandon(const Status& why);
   // Why the engine stopped (ok while it runs): a TIMEOUT after a stall or a silent peer.
   Status stoppedBecause();
+  // Why the engine's communicator was given up (a silent peer, a peer's notice), or ok: unlike a
+  // stall, which stops the engines of ranks that all still answer, this is a failure of the job.
+  Status communicatorFailure();
 
   // Changes the fusion threshold. Rank 0's value is the one every rank plans with (it travels in
   // each cycle's response), so a call on rank 0 is what counts.
@@ -121,6 +124,7 @@ class Engine {
   Status abandonRequested_;
   bool stopped_ = false;
   Status stoppedBecause_;
+  Status communicatorFailure_;
 
   // The background thread's own.
   ResponseCache cache_;

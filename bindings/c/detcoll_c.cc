@@ -72,7 +72,15 @@ Status callingThreadMayPairByOrder(const char* call) {
 
 Status enterBlockingCall(const char* call) {
   if (!g_runtime) return notInitialized(call);
-  return callingThreadMayPairByOrder(call);
+  DETCOLL_RETURN_IF_ERROR(callingThreadMayPairByOrder(call));
+  // A peer the engine found silent is as silent to the blocking calls: they fail at once, and the
+  // other ranks hear it, instead of each waiting the limit again. (A stall, after which every
+  // rank still answers, leaves the blocking calls working.)
+  if (g_runtime->engine) {
+    const Status failed = g_runtime->engine->communicatorFailure();
+    if (!failed.isOk()) g_runtime->comm->abandon(failed);
+  }
+  return Status::ok();
 }
 
 Status leaveBlockingCall(const Status& status) {
@@ -271,9 +279,19 @@ detcoll_status_t detcoll_finalize(void) {
   // synchronizes every process): a process must be able to exit after any error, so finalize
   // skips it, and mpirun, seeing a process end without it, ends the job (docs/design.md,
   // "Failures").
-  Status failure = g_runtime ? jobFailure(*g_runtime) : Status::ok();
+  Status failure = g_runtime ? g_runtime->comm->health() : Status::ok();
+  if (g_runtime && g_runtime->engine) {
+    // The engine stops first: without a last negotiation when the job already failed, else with
+    // one, which gives up on a rank that stopped answering within the limit. Then its
+    // communicator is this thread's to ask.
+    if (!failure.isOk()) {
+      g_runtime->engine->abandon(failure);
+    } else {
+      g_runtime->engine->shutdown();
+    }
+  }
+  if (failure.isOk() && g_runtime) failure = jobFailure(*g_runtime);
   if (!failure.isOk()) {
-    if (g_runtime->engine) g_runtime->engine->abandon(failure);  // no last negotiation
     DETCOLL_LOG(kWarn) << "detcoll_finalize after a failure of the job (" << failure.message()
                        << "): "
                        << (g_ownsMpi ? "skipping MPI_Finalize, which would wait for the ranks that "

@@ -173,16 +173,30 @@ MpiCommunicator::~MpiCommunicator() {
   MPI_Finalized(&finalized);
   // An abandoned communicator may still have operations in flight that no peer will complete: it
   // is left to the end of the process.
-  if (!finalized && broken_.isOk()) MPI_Comm_free(&comm_);
+  if (!finalized && !isBroken_.load()) MPI_Comm_free(&comm_);
+}
+
+Status MpiCommunicator::broken() const {
+  if (!isBroken_.load(std::memory_order_acquire)) return Status::ok();
+  std::lock_guard<std::mutex> lock(brokenMutex_);
+  return broken_;
+}
+
+bool MpiCommunicator::setBroken(const Status& why) {
+  std::lock_guard<std::mutex> lock(brokenMutex_);
+  if (isBroken_.load()) return false;
+  broken_ = why;
+  isBroken_.store(true, std::memory_order_release);
+  return true;
 }
 
 void MpiCommunicator::abandon(const Status& why) {
-  if (!broken_.isOk()) return;
-  broken_ = why;
-  // The notice: the status code, then the text. Its buffer lives as long as the process, since
-  // the sends are not waited for (MPI_Request_free).
+  if (!setBroken(why)) return;
+  // The notice: the status code, then the text, which names the rank that stopped answering
+  // (passed on as it is, so that every rank names that one). Its buffer lives as long as the
+  // process, since the sends are not waited for (MPI_Request_free).
   auto* notice = new std::string(1, static_cast<char>(why.code()));
-  *notice += "rank " + std::to_string(rank_) + " gave up: " + why.message();
+  *notice += why.message();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     MPI_Request request;
@@ -194,24 +208,27 @@ void MpiCommunicator::abandon(const Status& why) {
 }
 
 Status MpiCommunicator::health() {
-  if (!broken_.isOk()) return broken_;
+  if (isBroken_.load(std::memory_order_acquire)) return broken();
+  // A matched probe: of two threads that see one notice, only one receives it.
   int flag = 0;
+  MPI_Message message;
   MPI_Status status;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, kMaxTag, comm_, &flag, &status) != MPI_SUCCESS || !flag) {
-    return broken_;
+  if (MPI_Improbe(MPI_ANY_SOURCE, kMaxTag, comm_, &flag, &message, &status) != MPI_SUCCESS ||
+      !flag) {
+    return broken();
   }
   int bytes = 0;
   MPI_Get_count(&status, MPI_BYTE, &bytes);
   std::string notice(static_cast<size_t>(std::max(bytes, 1)), '\0');
-  MPI_Recv(notice.data(), bytes, MPI_BYTE, status.MPI_SOURCE, kMaxTag, comm_, MPI_STATUS_IGNORE);
+  MPI_Mrecv(notice.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
   int code = static_cast<unsigned char>(notice[0]);
   if (code <= static_cast<int>(StatusCode::kSuccess) ||
       code > static_cast<int>(StatusCode::kInternal)) {
     code = static_cast<int>(StatusCode::kTimeout);
   }
   // Told, not giving up itself: no notice of its own (the rank that gave up told every rank).
-  broken_ = Status(static_cast<StatusCode>(code), notice.substr(1));
-  return broken_;
+  setBroken(Status(static_cast<StatusCode>(code), notice.substr(1)));
+  return broken();
 }
 
 void MpiCommunicator::release(MPI_Request* request, Waiting what) {
@@ -234,9 +251,9 @@ void MpiCommunicator::release(MPI_Request* request, Waiting what) {
 
 Status MpiCommunicator::await(MPI_Request* request, MPI_Status* status, Waiting what, int peer,
                               const char* call) {
-  if (!broken_.isOk()) {
+  if (isBroken_.load(std::memory_order_acquire)) {
     release(request, what);
-    return broken_;
+    return broken();
   }
   if (patience_.limitSeconds <= 0 && patience_.warnSeconds <= 0) {
     const int rc = MPI_Wait(request, status == nullptr ? MPI_STATUS_IGNORE : status);
@@ -279,7 +296,7 @@ Status MpiCommunicator::await(MPI_Request* request, MPI_Status* status, Waiting 
                               " (the stall limit, DETCOLL_STALL_SHUTDOWN_SECONDS); detcoll "
                               "stops communicating"));
       release(request, what);
-      return broken_;
+      return broken();
     }
     if (patience_.warnSeconds > 0 && waited >= nextWarning) {
       nextWarning += patience_.warnSeconds;
@@ -299,8 +316,8 @@ Status MpiCommunicator::started(const char* call, int rc, MPI_Request* request) 
 std::unique_ptr<Transfer> MpiCommunicator::isend(const void* data, size_t bytes, int peer,
                                                  int tag) {
   auto result = std::make_unique<MpiTransfer>(*this, Waiting::kSend, peer);
-  if (!broken_.isOk()) {
-    result->fail(broken_);
+  if (isBroken_.load(std::memory_order_acquire)) {
+    result->fail(broken());
     return result;
   }
   const char* p = static_cast<const char*>(data);
@@ -321,8 +338,8 @@ std::unique_ptr<Transfer> MpiCommunicator::isend(const void* data, size_t bytes,
 
 std::unique_ptr<Transfer> MpiCommunicator::irecv(void* data, size_t capacity, int peer, int tag) {
   auto result = std::make_unique<MpiTransfer>(*this, Waiting::kReceive, peer);
-  if (!broken_.isOk()) {
-    result->fail(broken_);
+  if (isBroken_.load(std::memory_order_acquire)) {
+    result->fail(broken());
     return result;
   }
   char* p = static_cast<char*>(data);
@@ -342,7 +359,7 @@ std::unique_ptr<Transfer> MpiCommunicator::irecv(void* data, size_t capacity, in
 }
 
 Status MpiCommunicator::barrier() {
-  DETCOLL_RETURN_IF_ERROR(broken_);
+  DETCOLL_RETURN_IF_ERROR(broken());
   MPI_Request request;
   return started("MPI_Barrier", MPI_Ibarrier(comm_, &request), &request);
 }
@@ -352,7 +369,7 @@ Status MpiCommunicator::allreduce(const void* send, void* recv, size_t count, Da
   if (op == ReduceOp::kAverage) {
     return Status::internal("MPI's allreduce sums; an average is divided afterwards by its caller");
   }
-  DETCOLL_RETURN_IF_ERROR(broken_);
+  DETCOLL_RETURN_IF_ERROR(broken());
   const size_t es = dataTypeSize(type);
   MPI_Op mop = mpiReduceOp(op);
   if (type == DataType::kFloat16) mop = halfMpiOp<DataType::kFloat16>(op);
@@ -371,7 +388,7 @@ Status MpiCommunicator::allreduce(const void* send, void* recv, size_t count, Da
 }
 
 Status MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
-  DETCOLL_RETURN_IF_ERROR(broken_);
+  DETCOLL_RETURN_IF_ERROR(broken());
   char* p = static_cast<char*>(data);
   for (size_t offset = 0; offset < bytes; offset += kMaxMessage) {
     const int n = static_cast<int>(std::min(kMaxMessage, bytes - offset));
@@ -383,7 +400,7 @@ Status MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
 }
 
 Status MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
-  DETCOLL_RETURN_IF_ERROR(broken_);
+  DETCOLL_RETURN_IF_ERROR(broken());
   char* out = static_cast<char*>(recv);
   if (bytes > kMaxMessage) {
     // MPI counts are int: each rank's block as a broadcast of its own, in segments.

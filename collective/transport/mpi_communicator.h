@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "collective/transport/communicator.h"
 
@@ -55,8 +57,15 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  // ok, or why the communicator was given up (set once, by abandon() or a peer's notice). The
+  // owner thread uses the communicator, but another may ask after its health (finalize).
+  Status broken() const;
+  bool setBroken(const Status& why);  // false when it was broken already
+
   Patience patience_;
-  Status broken_;  // set once, by abandon() or a peer's notice
+  std::atomic<bool> isBroken_{false};
+  mutable std::mutex brokenMutex_;
+  Status broken_;
 };
 
 // The MPI type of a dtype: float16 and bfloat16 travel as MPI_UINT16_T (MPI has no such float

@@ -21,6 +21,7 @@
 //                   asynchronous, then a blocking allreduce
 //   killed          the late rank dies (SIGKILL; mpirun kept alive with --enable-recovery); the
 //                   others make an asynchronous, then a blocking allreduce
+//   stopped_finalize the late rank stops; the others finalize at once
 
 #include <signal.h>
 #include <unistd.h>
@@ -249,12 +250,16 @@ int away(const std::string& how) {
   judge(blockingAllreduce(1, 8, "before", &out), "call=before", 1, out, began);
   if (g_rank == late) {
     report("away", "how=" + how);
-    if (how == "stopped") raise(SIGSTOP);
+    if (how == "stopped" || how == "stopped_finalize") raise(SIGSTOP);
     if (how == "killed") raise(SIGKILL);
     std::this_thread::sleep_for(std::chrono::seconds(3600));
     return 0;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (how == "stopped_finalize") {
+    finalize();  // at once: its last negotiation must give up on the stopped rank
+    return 0;
+  }
   if (how == "wedged_blocking") {
     began = now();
     judge(blockingAllreduce(2, 1000, "blocking", &out), "call=blocking", 2, out, began);
@@ -295,7 +300,7 @@ int main(int argc, char** argv) {
                    argc > 3 ? std::strcmp(argv[3], "equal") == 0 : true);
   }
   if (scenario == "wedged_blocking" || scenario == "wedged_engine" || scenario == "stopped" ||
-      scenario == "killed") {
+      scenario == "killed" || scenario == "stopped_finalize") {
     return away(scenario);
   }
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());

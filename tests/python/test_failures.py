@@ -142,5 +142,20 @@ def test_survivors_fail_naming_the_rank_that_stopped(how, expected):
         assert sorted(got) == sorted(expected), f"rank {rank}: {sorted(got)}\n{output}"
         for e in got.values():
             expect_failed_naming_late(e, output)
+        if "async" in got and "blocking" in got:
+            # The engine found the rank silent first: the blocking call fails at once instead of
+            # waiting the limit again.
+            assert float(got["blocking"]["elapsed"]) < 1.0, got["blocking"]
     # Each call waits at most the limit, and the survivors then exit: the job ends.
     assert end - begin <= len(expected) * (LIMIT + SLACK) + 20, output
+
+
+def test_finalize_does_not_wait_for_a_stopped_rank():
+    # The engine's last negotiation gives up on the stopped rank; MPI_Finalize, which would wait
+    # for it, is skipped.
+    events, _, end, output = run("stopped_finalize")
+    expect_nothing_wrong(events, output)
+    starts = [e for e in events if e["event"] == "finalizing"]
+    assert sorted(e["rank"] for e in starts) == [0, 1], output
+    waited = end - min(e["t"] for e in starts)
+    assert waited <= LIMIT + SLACK, f"the job ended {waited:.1f} s after finalize began\n{output}"

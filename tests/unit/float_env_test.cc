@@ -54,6 +54,20 @@ TEST(ExactFloatingPoint, KeepsSubnormalsInsideAndRestoresTheThreadsEnvironment) 
   _mm_setcsr(original);
 }
 
+TEST(ExactFloatingPoint, MasksTrapsInsideAndRestoresThem) {
+  const uint32_t original = _mm_getcsr();
+  constexpr uint32_t kOverflowMask = 1u << 10;
+  _mm_setcsr(original & ~kOverflowMask);  // overflow traps (SIGFPE) from here
+  {
+    ExactFloatingPoint exact;
+    volatile float big = 0x1p127f;
+    volatile float sum = big * 4.0f;  // would trap without the guard
+    EXPECT_EQ(sum, INFINITY);
+  }
+  EXPECT_EQ(_mm_getcsr() & kOverflowMask, 0u) << "the thread's trap was not given back";
+  _mm_setcsr(original);
+}
+
 TEST(ExactFloatingPoint, AllreduceOnFlushingThreadsGivesTheDefinedBits) {
   const int p = 3;
   const size_t n = 4096;
