@@ -7,6 +7,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/fold.h"
+#include "kernels/unaligned.h"
 
 namespace detcoll::kernels {
 namespace {
@@ -120,12 +121,14 @@ inline uint32_t float32Key(uint32_t bits) {
 
 DETCOLL_VECTOR_CLONES void localMaxKeysFloat32(uint8_t* keys, const void* const* leaves,
                                                int nleaves, size_t begin, size_t n) {
-  const uint32_t* x0 = static_cast<const uint32_t*>(leaves[0]) + begin;
-  for (size_t i = 0; i < n; ++i) keys[i] = static_cast<uint8_t>(float32Key(x0[i]));
+  // The leaves may start at any byte address (kernels/unaligned.h).
+  const char* x0 = static_cast<const char*>(leaves[0]) + 4 * begin;
+  for (size_t i = 0; i < n; ++i)
+    keys[i] = static_cast<uint8_t>(float32Key(loadAt<uint32_t>(x0, i)));
   for (int l = 1; l < nleaves; ++l) {
-    const uint32_t* x = static_cast<const uint32_t*>(leaves[l]) + begin;
+    const char* x = static_cast<const char*>(leaves[l]) + 4 * begin;
     for (size_t i = 0; i < n; ++i) {
-      const uint8_t k = static_cast<uint8_t>(float32Key(x[i]));
+      const uint8_t k = static_cast<uint8_t>(float32Key(loadAt<uint32_t>(x, i)));
       keys[i] = k > keys[i] ? k : keys[i];
     }
   }
@@ -135,13 +138,13 @@ DETCOLL_VECTOR_CLONES void localMaxKeysFloat32(uint8_t* keys, const void* const*
 DETCOLL_VECTOR_CLONES void encodeFloat32(int64_t* out, const void* leaf, const uint8_t* keys,
                                          size_t begin, size_t n, bool accumulate) {
   static_assert(kHeadroomBits == 16, "the float32 fast path assumes H = 16");
-  const float* x = static_cast<const float*>(leaf) + begin;
+  const char* x = static_cast<const char*>(leaf) + 4 * begin;
   // Selects are integer masks: a branch around float operations would stop vectorization.
   auto encode = [&](size_t i) {
     const uint64_t key = keys[i];
     const int64_t usable = -static_cast<int64_t>(key != 0 && key != 255);
     const double scale = doubleFromBits((1023 + 172 - key) << 52);
-    const double rounded = static_cast<double>(x[i]) * scale + kRoundMagic;
+    const double rounded = static_cast<double>(loadAt<float>(x, i)) * scale + kRoundMagic;
     return (bitsFromDouble(rounded) - kRoundMagicBits) & usable;
   };
   if (accumulate) {
@@ -203,12 +206,10 @@ constexpr int kDoubleLeaves = 64;
 // returns the largest key.
 DETCOLL_VECTOR_CLONES uint32_t sumFloat32Block(const void* const* x, int k, size_t n,
                                                uint32_t* keys, double* sums) {
-  const uint32_t* bits0 = static_cast<const uint32_t*>(x[0]);
-  for (size_t i = 0; i < n; ++i) keys[i] = bits0[i] & 0x7fffffffu;
+  for (size_t i = 0; i < n; ++i) keys[i] = loadAt<uint32_t>(x[0], i) & 0x7fffffffu;
   for (int l = 1; l < k; ++l) {
-    const uint32_t* bits = static_cast<const uint32_t*>(x[l]);
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t magnitude = bits[i] & 0x7fffffffu;
+      const uint32_t magnitude = loadAt<uint32_t>(x[l], i) & 0x7fffffffu;
       keys[i] = magnitude > keys[i] ? magnitude : keys[i];
     }
   }
@@ -221,14 +222,12 @@ DETCOLL_VECTOR_CLONES uint32_t sumFloat32Block(const void* const* x, int k, size
   }
   for (size_t i = 0; i < n; ++i) {
     const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
-    sums[i] = (static_cast<double>(static_cast<const float*>(x[0])[i]) * scale + kRoundMagic) -
-              kRoundMagic;
+    sums[i] = (static_cast<double>(loadAt<float>(x[0], i)) * scale + kRoundMagic) - kRoundMagic;
   }
   for (int l = 1; l < k; ++l) {
-    const float* leaf = static_cast<const float*>(x[l]);
     for (size_t i = 0; i < n; ++i) {
       const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
-      sums[i] += (static_cast<double>(leaf[i]) * scale + kRoundMagic) - kRoundMagic;
+      sums[i] += (static_cast<double>(loadAt<float>(x[l], i)) * scale + kRoundMagic) - kRoundMagic;
     }
   }
   return largest;
@@ -236,21 +235,21 @@ DETCOLL_VECTOR_CLONES uint32_t sumFloat32Block(const void* const* x, int k, size
 
 // out[i] = sums[i] * 2^(key - 172 - log2Divisor), rounded once to float: exact sums, and averages
 // over a power-of-two number of leaves.
-DETCOLL_VECTOR_CLONES void scaleFloat32Block(float* out, const uint32_t* keys, const double* sums,
+DETCOLL_VECTOR_CLONES void scaleFloat32Block(void* out, const uint32_t* keys, const double* sums,
                                              size_t n, uint32_t log2Divisor) {
   for (size_t i = 0; i < n; ++i) {
     const double scale = doubleFromBits((uint64_t{1023 - 172} + keys[i] - log2Divisor) << 52);
-    out[i] = static_cast<float>(sums[i] * scale);
+    storeAt<float>(out, i, static_cast<float>(sums[i] * scale));
   }
 }
 
 // Averages over any other number of leaves; needsExact[i] flags the quotients to settle exactly.
-DETCOLL_VECTOR_CLONES void divideFloat32Block(float* out, const uint32_t* keys, const double* sums,
+DETCOLL_VECTOR_CLONES void divideFloat32Block(void* out, const uint32_t* keys, const double* sums,
                                               size_t n, double divisor, uint8_t* needsExact) {
   for (size_t i = 0; i < n; ++i) {
     const double d = sums[i] / divisor;  // one rounding to double
     const double v = d * doubleFromBits((uint64_t{1023 - 172} + keys[i]) << 52);  // exact
-    out[i] = static_cast<float>(v);  // one rounding to float
+    storeAt<float>(out, i, static_cast<float>(v));  // one rounding to float
     needsExact[i] = static_cast<uint8_t>(quotientNeedsExact(v, sums[i] != 0));
   }
 }
@@ -408,7 +407,7 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
     std::vector<std::pair<size_t, uint64_t>> specials;
     for (size_t base = 0; base < count; base += kBlock) {
       const size_t m = std::min(kBlock, count - base);
-      float* result = reinterpret_cast<float*>(block(base));
+      void* result = block(base);
       const uint32_t largest = sumFloat32Block(at.data(), nleaves, m, keys, sums);
       // Non-finite results are found before the block is written: out may alias a leaf.
       specials.clear();

@@ -3,6 +3,7 @@
 #include "common/half.h"
 #include "kernels/accumulate.h"
 #include "kernels/combine.h"
+#include "kernels/unaligned.h"
 
 namespace detcoll::kernels {
 namespace {
@@ -10,29 +11,52 @@ namespace {
 // Elements per block: the accumulator block stays in L1 while the inputs stream through.
 constexpr size_t kBlock = 2048;
 
-template <typename T, typename Op, bool kAverage>
-void foldBlock(T* out, const void* const* inputs, int k, size_t base, size_t n,
+// Element i of a buffer of T: through a T* where every buffer of the call is aligned to T (the
+// loops the compiler vectorizes best), through bytes where one is not (a caller's buffer may start
+// at any byte address: kernels/unaligned.h).
+template <typename T, bool kAligned>
+struct Elements {
+  static T load(const char* p, size_t i) {
+    if constexpr (kAligned) {
+      return reinterpret_cast<const T*>(p)[i];
+    } else {
+      return loadAt<T>(p, i);
+    }
+  }
+  static void store(char* p, size_t i, T v) {
+    if constexpr (kAligned) {
+      reinterpret_cast<T*>(p)[i] = v;
+    } else {
+      storeAt<T>(p, i, v);
+    }
+  }
+};
+
+template <typename T, typename Op, bool kAverage, bool kAligned>
+void foldBlock(void* out, const void* const* inputs, int k, size_t base, size_t n,
                typename Traits<T>::Acc divisor) {
   using Acc = typename Traits<T>::Acc;
+  using E = Elements<T, kAligned>;
   alignas(64) Acc acc[kBlock];
-  const T* x0 = static_cast<const T*>(inputs[0]) + base;
+  const size_t offset = base * sizeof(T);
+  const char* x0 = static_cast<const char*>(inputs[0]) + offset;
   if (k == 1) {
-    for (size_t i = 0; i < n; ++i) acc[i] = Traits<T>::load(x0[i]);
+    for (size_t i = 0; i < n; ++i) acc[i] = Traits<T>::load(E::load(x0, i));
   } else {
     // The first step reads two inputs at once: one pass fewer over the accumulator.
-    const T* x1 = static_cast<const T*>(inputs[1]) + base;
+    const char* x1 = static_cast<const char*>(inputs[1]) + offset;
     for (size_t i = 0; i < n; ++i)
-      acc[i] = Op::apply(Traits<T>::load(x0[i]), Traits<T>::load(x1[i]));
+      acc[i] = Op::apply(Traits<T>::load(E::load(x0, i)), Traits<T>::load(E::load(x1, i)));
   }
   for (int j = 2; j < k; ++j) {
-    const T* xj = static_cast<const T*>(inputs[j]) + base;
-    for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(acc[i], Traits<T>::load(xj[i]));
+    const char* xj = static_cast<const char*>(inputs[j]) + offset;
+    for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(acc[i], Traits<T>::load(E::load(xj, i)));
   }
-  T* o = out + base;
+  char* o = static_cast<char*>(out) + offset;
   if constexpr (kAverage) {
-    for (size_t i = 0; i < n; ++i) o[i] = Traits<T>::store(acc[i] / divisor);
+    for (size_t i = 0; i < n; ++i) E::store(o, i, Traits<T>::store(acc[i] / divisor));
   } else {
-    for (size_t i = 0; i < n; ++i) o[i] = Traits<T>::store(acc[i]);
+    for (size_t i = 0; i < n; ++i) E::store(o, i, Traits<T>::store(acc[i]));
   }
 }
 
@@ -40,9 +64,15 @@ template <typename T, typename Op, bool kAverage>
 void foldTyped(void* out, const void* const* inputs, int k, size_t count, int64_t divisor) {
   using Acc = typename Traits<T>::Acc;
   const Acc d = static_cast<Acc>(divisor);
+  bool aligned = alignedFor<T>(out);
+  for (int j = 0; j < k; ++j) aligned = aligned && alignedFor<T>(inputs[j]);
   for (size_t base = 0; base < count; base += kBlock) {
-    foldBlock<T, Op, kAverage>(static_cast<T*>(out), inputs, k, base,
-                               count - base < kBlock ? count - base : kBlock, d);
+    const size_t n = count - base < kBlock ? count - base : kBlock;
+    if (aligned) {
+      foldBlock<T, Op, kAverage, true>(out, inputs, k, base, n, d);
+    } else {
+      foldBlock<T, Op, kAverage, false>(out, inputs, k, base, n, d);
+    }
   }
 }
 

@@ -10,7 +10,9 @@
 //
 // Each body call handles one vector: kLanes<T> consecutive elements, 16 bytes of the dtype,
 // loaded and stored as one 16-byte access when every buffer is 16-byte aligned; a tail or
-// unaligned buffers take the same arithmetic element by element. One pass over memory: each
+// unaligned buffers take the same arithmetic element by element, byte copies where a buffer is not
+// even aligned to its element (kernels/unaligned.h: a caller's buffer may start at any byte
+// address, and so may a key array). One pass over memory: each
 // input is read once and each output written once (the invariant reduction of P dtype pieces
 // reads its pieces twice, keys first, then encodings, within one body call).
 //
@@ -31,6 +33,7 @@
 #include "kernels/codec.h"
 #include "kernels/combine.h"
 #include "kernels/pieces.h"
+#include "kernels/unaligned.h"
 
 namespace detcoll::kernels::bodies {
 
@@ -75,7 +78,7 @@ DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void loadVector(const T* p, int64_t beg
   if (vectorized && m == kLanes<T>) {
     loadLanes(p + begin, x);
   } else {
-    for (int l = 0; l < m; ++l) x[l] = p[begin + l];
+    for (int l = 0; l < m; ++l) x[l] = loadElement(p, begin + l);
   }
 }
 
@@ -85,7 +88,7 @@ DETCOLL_HOST_DEVICE DETCOLL_FORCE_INLINE void storeVector(T* p, int64_t begin, i
   if (vectorized && m == kLanes<T>) {
     storeLanes(p + begin, x);
   } else {
-    for (int l = 0; l < m; ++l) p[begin + l] = x[l];
+    for (int l = 0; l < m; ++l) storeElement(p, begin + l, x[l]);
   }
 }
 
@@ -197,7 +200,7 @@ struct KeysBody {
     const int m = lanesAt<T>(v, n);
     uint32_t key[W];
     largestKeys<T>(leaves, nleaves, begin, m, vectorized, key);
-    for (int l = 0; l < m; ++l) keys[begin + l] = static_cast<KeyOf<T>>(key[l]);
+    for (int l = 0; l < m; ++l) storeElement(keys, begin + l, static_cast<KeyOf<T>>(key[l]));
   }
 };
 
@@ -211,10 +214,10 @@ struct MaxKeysBody {
   DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
     K key = 0;
     for (int j = 0; j < p; ++j) {
-      const K k = pieces.at<K>(j)[i];
+      const K k = loadElement(pieces.at<K>(j), i);
       key = k > key ? k : key;
     }
-    out[i] = key;
+    storeElement(out, i, key);
   }
 };
 
@@ -257,11 +260,12 @@ struct EncodeBody {
     const int m = lanesAt<T>(v, n);
     uint32_t key[W] = {};
     if constexpr (isFloatingStorage<T>()) {
-      for (int l = 0; l < m; ++l) key[l] = static_cast<const KeyOf<T>*>(keys)[begin + l];
+      for (int l = 0; l < m; ++l)
+        key[l] = loadElement(static_cast<const KeyOf<T>*>(keys), begin + l);
     }
     int64_t sum[W];
     sumContributions<T>(leaves, nleaves, begin, m, vectorized, key, sum);
-    for (int l = 0; l < m; ++l) out[begin + l] = sum[l];
+    for (int l = 0; l < m; ++l) storeElement(out, begin + l, sum[l]);
   }
 };
 
@@ -309,12 +313,14 @@ struct DecodeBody {
     for (int l = 0; l < m; ++l) sum[l] = 0;
     for (int j = 0; j < p; ++j) {
       const int64_t* piece = pieces.at<int64_t>(j);
-      for (int l = 0; l < m; ++l) sum[l] = wrapAdd(sum[l], piece[begin + l]);
+      for (int l = 0; l < m; ++l) sum[l] = wrapAdd(sum[l], loadElement(piece, begin + l));
     }
     T x[W];
     for (int l = 0; l < m; ++l) {
       uint32_t key = 0;
-      if constexpr (isFloatingStorage<T>()) key = static_cast<const KeyOf<T>*>(keys)[begin + l];
+      if constexpr (isFloatingStorage<T>()) {
+        key = loadElement(static_cast<const KeyOf<T>*>(keys), begin + l);
+      }
       x[l] = decodeElement<T>(sum[l], key, average, leaves);
     }
     storeVector(out, begin, m, vectorized, x);
