@@ -126,7 +126,8 @@ struct RankBuffers {
     for (int l : mine) leaves.emplace_back(all[l], o.shifted ? dataTypeSize(type) : 0);
     for (const Slab& s : leaves) pointers.push_back(s.data());
     if (o.inPlace) {
-      std::memcpy(recv.data(), all[mine[0]].data(), all[mine[0]].size());
+      const Buffer& first = all[mine[0]];
+      if (!first.empty()) std::memcpy(recv.data(), first.data(), first.size());
       pointers[0] = recv.data();
     }
   }
