@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(not CHECK or not MPIEXEC,
 EVENT = re.compile(r'@@ rank=(\d+) event=(\S+) t=([\d.]+)((?: (?!msg=|event=|rank=|t=)\w+=[^ "@\n]*)*)(?: msg="([^"]*)")?')
 
 
-def run(scenario, *args, mpirun_flags=(), timeout=90):
+def run(scenario, *args, mpirun_flags=(), timeout=90, program=CHECK):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                DETCOLL_DETERMINISM="ordered", DETCOLL_STALL_SHUTDOWN_SECONDS=str(LIMIT),
                DETCOLL_STALL_CHECK_SECONDS="1")
@@ -33,7 +34,8 @@ def run(scenario, *args, mpirun_flags=(), timeout=90):
     for name in ("DETCOLL_DETERMINISM", "DETCOLL_STALL_SHUTDOWN_SECONDS",
                  "DETCOLL_STALL_CHECK_SECONDS"):
         cmd += ["-x", name]
-    cmd += [CHECK, scenario, *map(str, args)]
+    cmd += ["-x", "PYTHONPATH"] if "PYTHONPATH" in env else []
+    cmd += ([program] if program else []) + [scenario, *map(str, args)]
     begin = time.time()
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -148,6 +150,44 @@ def test_survivors_fail_naming_the_rank_that_stopped(how, expected):
             assert float(got["blocking"]["elapsed"]) < 1.0, got["blocking"]
     # Each call waits at most the limit, and the survivors then exit: the job ends.
     assert end - begin <= len(expected) * (LIMIT + SLACK) + 20, output
+
+
+PYTHON_STALL = """
+import sys, time, torch
+import detcoll, detcoll.torch as hvd
+hvd.init()
+r = hvd.rank()
+t = torch.arange(1000, dtype=torch.float32) * 0.37 + r
+hvd.allreduce(t, name="warm")
+if r == 2:
+    time.sleep(3600)  # never comes back
+began = time.time()
+try:
+    hvd.allreduce(t, name="grad")
+    print(f"@@ rank={r} event=call t={time.time()} call=python status=SUCCESS elapsed={time.time() - began}")
+except detcoll.TimeoutError as e:
+    msg = str(e).replace('"', "'")
+    print(f'@@ rank={r} event=call t={time.time()} call=python status=TIMEOUT elapsed={time.time() - began} msg="{msg}"')
+sys.stdout.flush()
+print(f"@@ rank={r} event=finalizing t={time.time()}", flush=True)
+# The interpreter exits here: detcoll.torch's exit hook finalizes.
+"""
+
+
+def test_python_exit_hook_does_not_wait_for_a_stalled_rank(tmp_path):
+    package = os.path.join(os.environ.get("PYTHONPATH", ""), "detcoll", "torch")
+    if not os.path.isdir(package):
+        pytest.skip("this build has no Python package (a sanitizer build)")
+    script = tmp_path / "stall.py"
+    script.write_text(PYTHON_STALL)
+    events, _, end, output = run(sys.executable, str(script), program=None)
+    for rank in (0, 1):
+        [e] = calls(events, rank, call="python")
+        expect_failed_naming_late(e, output)
+    starts = [e for e in events if e["event"] == "finalizing"]
+    assert sorted(e["rank"] for e in starts) == [0, 1], output
+    waited = end - min(e["t"] for e in starts)
+    assert waited <= SLACK, f"the job ended {waited:.1f} s after the scripts ended\n{output}"
 
 
 def test_finalize_does_not_wait_for_a_stopped_rank():
