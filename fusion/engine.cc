@@ -14,113 +14,13 @@
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/names.h"
+#include "fusion/framing.h"
 #include "fusion/tags.h"
 
 namespace detcoll::fusion {
 namespace {
 
-using collective::describeRanks;
 using collective::transport::Communicator;
-using TransferSet = std::vector<std::unique_ptr<collective::transport::Transfer>>;
-
-// Waits for every request by polling: spinning (with yields) for a short while, since the other
-// ranks usually arrive within microseconds of each other, then sleeping between polls, so that an
-// engine waiting for a slower rank leaves the cores to the training. Returns the first failure.
-//
-// peers[i] is the rank requests[i] waits for. A wait past limitSeconds (0: never) abandons the
-// communicator with a TIMEOUT naming the ranks that did not answer; a peer's abandonment notice
-// ends the wait too (transport/communicator.h).
-Status pollAll(Communicator& comm, TransferSet& requests, const std::vector<int>& peers,
-               double limitSeconds) {
-  constexpr auto kSpin = std::chrono::microseconds(500);
-  std::vector<bool> done(requests.size(), false);
-  size_t remaining = requests.size();
-  Status first;
-  const Clock::time_point start = Clock::now();
-  Clock::time_point nextLook = start + std::chrono::milliseconds(1);
-  for (;;) {
-    for (size_t i = 0; i < requests.size(); ++i) {
-      Status status;
-      if (done[i] || !requests[i]->test(&status)) continue;
-      done[i] = true;
-      --remaining;
-      if (first.isOk() && !status.isOk()) first = status;
-    }
-    if (remaining == 0) break;
-    const Clock::time_point now = Clock::now();
-    if (now >= nextLook) {
-      nextLook = now + std::chrono::milliseconds(1);
-      Status healthy = comm.health();
-      if (healthy.isOk() && limitSeconds > 0 &&
-          std::chrono::duration<double>(now - start).count() >= limitSeconds) {
-        std::vector<int> silent;
-        for (size_t i = 0; i < requests.size(); ++i) {
-          if (!done[i] && (silent.empty() || silent.back() != peers[i])) silent.push_back(peers[i]);
-        }
-        char limit[32];
-        std::snprintf(limit, sizeof limit, "%.1f s", limitSeconds);
-        comm.abandon(Status::timeout(describeRanks(silent) +
-                                     " stopped answering: the negotiation on rank " +
-                                     std::to_string(comm.rank()) + " heard nothing for " + limit +
-                                     " (the stall limit, DETCOLL_STALL_SHUTDOWN_SECONDS)"));
-        healthy = comm.health();
-      }
-      if (!healthy.isOk()) {
-        requests.clear();  // released at once on an abandoned communicator
-        return healthy;
-      }
-    }
-    if (now - start < kSpin) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  requests.clear();
-  return first;
-}
-
-// Negotiation messages are framed: the first message carries the total size and up to
-// kFirstBytes; a longer one continues in a second message with the same tag.
-constexpr size_t kFirstBytes = 64 << 10;
-
-struct Framed {
-  std::vector<uint8_t> first;
-  const uint8_t* rest = nullptr;
-  size_t restBytes = 0;
-};
-
-Framed frame(const std::vector<uint8_t>& payload) {
-  Framed f;
-  const uint64_t total = payload.size();
-  const size_t head = std::min<size_t>(payload.size(), kFirstBytes - sizeof(total));
-  f.first.resize(sizeof(total) + head);
-  std::memcpy(f.first.data(), &total, sizeof(total));
-  if (head > 0) std::memcpy(f.first.data() + sizeof(total), payload.data(), head);
-  f.rest = payload.data() + head;
-  f.restBytes = payload.size() - head;
-  return f;
-}
-
-void postFramed(Communicator& comm, const Framed& f, int peer, int tag, TransferSet& sends) {
-  sends.push_back(comm.isend(f.first.data(), f.first.size(), peer, tag));
-  if (f.restBytes > 0) sends.push_back(comm.isend(f.rest, f.restBytes, peer, tag));
-}
-
-// Completes a framed receive whose first message has arrived in `first`.
-Status finishFramed(Communicator& comm, const std::vector<uint8_t>& first, int peer, int tag,
-                    std::vector<uint8_t>* payload) {
-  uint64_t total = 0;
-  std::memcpy(&total, first.data(), sizeof(total));
-  const size_t head = std::min<size_t>(total, kFirstBytes - sizeof(total));
-  payload->assign(first.begin() + sizeof(total), first.begin() + sizeof(total) + head);
-  if (total > head) {
-    payload->resize(total);
-    DETCOLL_RETURN_IF_ERROR(
-        collective::transport::recvBytes(comm, payload->data() + head, total - head, peer, tag));
-  }
-  return Status::ok();
-}
 
 // The name hash of the members' names, each ended by a zero byte; never 0 (no group).
 uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
