@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "detcoll.h"
+#include "status_name.h"
 
 namespace {
 
@@ -47,26 +48,6 @@ int g_size = 0;
 
 double now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-const char* statusName(detcoll_status_t s) {
-  switch (s) {
-    case DETCOLL_SUCCESS:
-      return "SUCCESS";
-    case DETCOLL_ERR_INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case DETCOLL_ERR_MISMATCH:
-      return "MISMATCH";
-    case DETCOLL_ERR_TIMEOUT:
-      return "TIMEOUT";
-    case DETCOLL_ERR_BACKEND:
-      return "BACKEND";
-    case DETCOLL_ERR_NOT_INITIALIZED:
-      return "NOT_INITIALIZED";
-    case DETCOLL_ERR_INTERNAL:
-      return "INTERNAL";
-  }
-  return "UNKNOWN";
 }
 
 // One line, one write.

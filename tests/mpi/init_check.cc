@@ -9,30 +9,7 @@
 #include <cstring>
 
 #include "detcoll.h"
-
-namespace {
-
-const char* statusName(detcoll_status_t s) {
-  switch (s) {
-    case DETCOLL_SUCCESS:
-      return "SUCCESS";
-    case DETCOLL_ERR_INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case DETCOLL_ERR_MISMATCH:
-      return "MISMATCH";
-    case DETCOLL_ERR_TIMEOUT:
-      return "TIMEOUT";
-    case DETCOLL_ERR_BACKEND:
-      return "BACKEND";
-    case DETCOLL_ERR_NOT_INITIALIZED:
-      return "NOT_INITIALIZED";
-    case DETCOLL_ERR_INTERNAL:
-      return "INTERNAL";
-  }
-  return "UNKNOWN";
-}
-
-}  // namespace
+#include "status_name.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
