@@ -62,6 +62,10 @@ const char* kindName(int kind) {
       return "allgather";
     case CallKind::kValue:
       return "";
+    case CallKind::kReducescatter:
+      return "reducescatter";
+    case CallKind::kAlltoall:
+      return "alltoall";
   }
   return "unknown call";
 }

@@ -30,6 +30,8 @@ enum class CallKind : int32_t {
   kBroadcast = 3,
   kAllgather = 4,
   kValue = 5,  // an agreement on a value (Collectives::agreeOnValue); the name describes the call
+  kReducescatter = 6,
+  kAlltoall = 7,
 };
 
 struct CallDescription {

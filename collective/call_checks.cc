@@ -15,6 +15,11 @@ bool overlapsPartially(const void* a, size_t aBytes, const void* b, size_t bByte
   return x < y + bBytes && y < x + aBytes;
 }
 
+bool overlapsAtAll(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  if (aBytes == 0 || bBytes == 0) return false;
+  return a == b || overlapsPartially(a, aBytes, b, bBytes);
+}
+
 // The first failure wins. Messages are built only on failure: these checks run on every call,
 // small ones included.
 class Checks {
@@ -32,6 +37,24 @@ class Checks {
 
 std::string whileCount(size_t count) {
   return " is null while count is " + std::to_string(count);
+}
+
+// The sum of a call's per-rank counts, or false when there is not one per rank or the sum's bytes
+// overflow.
+bool sumCounts(Checks& checks, const char* what, const uint64_t* counts, size_t n, size_t ranks,
+               size_t elementBytes, uint64_t* sum) {
+  checks.require(counts != nullptr && n == ranks, [&] {
+    return std::string(what) + " has " + (counts == nullptr ? "no" : std::to_string(n)) +
+           " entries; it needs one for each of the " + std::to_string(ranks) + " ranks";
+  });
+  *sum = 0;
+  for (size_t j = 0; j < n && checks.ok(); ++j) {
+    checks.require(counts[j] <= SIZE_MAX / elementBytes - *sum, [&] {
+      return std::string(what) + " sum to more elements than a buffer can hold";
+    });
+    if (checks.ok()) *sum += counts[j];
+  }
+  return checks.ok();
 }
 
 }  // namespace
@@ -91,6 +114,34 @@ Status checkCall(const CallArguments& c, int rank, int size) {
       const char* slot = static_cast<const char*>(c.recv) + rank * bytes;
       checks.require(c.send == slot || !overlapsPartially(c.send, bytes, c.recv, bytes * p),
                      [&] { return "sendbuf overlaps recvbuf other than at this rank's slot"; });
+      break;
+    }
+    case CallKind::kReducescatter: {
+      checks.require(isValidReduceOp(c.op),
+                     [&] { return "unknown reduction op " + std::to_string(c.op); });
+      uint64_t total = 0;
+      if (!sumCounts(checks, "counts", c.counts, c.ncounts, p, es, &total)) break;
+      const size_t mine = c.counts[rank];
+      checks.require(total == 0 || c.send != nullptr,
+                     [&] { return "sendbuf" + whileCount(total); });
+      checks.require(mine == 0 || c.recv != nullptr, [&] {
+        return "recvbuf is null while this rank's block has " + std::to_string(mine) + " elements";
+      });
+      checks.require(!overlapsAtAll(c.send, total * es, c.recv, mine * es),
+                     [&] { return "sendbuf and recvbuf overlap"; });
+      break;
+    }
+    case CallKind::kAlltoall: {
+      uint64_t out = 0;
+      uint64_t in = 0;
+      if (!sumCounts(checks, "send counts", c.counts, c.ncounts, p, es, &out) ||
+          !sumCounts(checks, "receive counts", c.recvCounts, c.ncounts, p, es, &in)) {
+        break;
+      }
+      checks.require(out == 0 || c.send != nullptr, [&] { return "sendbuf" + whileCount(out); });
+      checks.require(in == 0 || c.recv != nullptr, [&] { return "recvbuf" + whileCount(in); });
+      checks.require(!overlapsAtAll(c.send, out * es, c.recv, in * es),
+                     [&] { return "sendbuf and recvbuf overlap"; });
       break;
     }
     default:

@@ -7,6 +7,7 @@
 // rank.
 
 #include <cstddef>
+#include <cstdint>
 
 #include "collective/call_agreement.h"
 #include "common/status.h"
@@ -27,12 +28,18 @@ struct CallArguments {
   int dtype = 0;
   int op = 0;    // allreduce
   int root = 0;  // broadcast
+  // reducescatter: the elements of each rank's block (send holds their sum, recv this rank's);
+  // alltoall: the elements sent to each rank. ncounts entries, one per rank.
+  const uint64_t* counts = nullptr;
+  const uint64_t* recvCounts = nullptr;  // alltoall: the elements received from each rank
+  size_t ncounts = 0;
 };
 
 // The first thing wrong with `call` on rank `rank` of a world of `size`, or ok: an unknown dtype
 // or op, a count whose bytes overflow, null buffers where count > 0, a leaf count outside 1 ..
 // kMaxLeavesPerRank, a root that is not a rank, buffers that overlap without being the same
-// (allgather: sendbuf anywhere in recvbuf but at this rank's slot).
+// (allgather: sendbuf anywhere in recvbuf but at this rank's slot; reducescatter and alltoall: any
+// overlap), counts that are not one per rank or whose sum overflows.
 Status checkCall(const CallArguments& call, int rank, int size);
 
 }  // namespace detcoll::collective

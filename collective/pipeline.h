@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "collective/transport/exchange.h"
 #include "common/status.h"
@@ -54,6 +55,11 @@ struct Stage {
       fold;
   // Input bytes of each shard per round.
   size_t segmentBytes = 1 << 20;
+  // A reduce-scatter alone (no allgather): rank j owns the elements [offset_j, offset_j +
+  // blocks[j]) (offsets are the sums of the blocks before), `input` is required and `output`
+  // holds this rank's block alone. Round q's shard j is the q-th segment of block j. Empty: the
+  // allreduce's balanced shards of each round, and the allgather.
+  std::vector<size_t> blocks;
 };
 
 template <typename Kernels>
@@ -68,13 +74,22 @@ class Pipeline {
         // Shards start at multiples of unit_ elements, 16 bytes of input and of output, so that
         // every shard of 16-byte aligned buffers is read and written as vectors.
         unit_(std::max<size_t>(1, kernels::kVectorBytes / std::min(s.inBytes, s.outBytes))),
-        segment_(roundUp(
-            std::max<size_t>(1, std::min(s.segmentBytes / s.inBytes, (s.count + p_ - 1) / p_)),
-            unit_)),
+        scatterOnly_(!s.blocks.empty()),
+        widest_(scatterOnly_ ? *std::max_element(s.blocks.begin(), s.blocks.end())
+                             : (s.count + p_ - 1) / p_),
+        segment_(
+            roundUp(std::max<size_t>(1, std::min(s.segmentBytes / s.inBytes, widest_)), unit_)),
         round_(segment_ * p_),
         // Slots of 16-byte multiples, so that every staged piece can be read as vectors.
         slotBytes_(roundUp(segment_ * s.inBytes, kernels::kVectorBytes)),
-        rounds_((s.count + round_ - 1) / round_) {}
+        rounds_(scatterOnly_ ? (widest_ + segment_ - 1) / segment_
+                             : (s.count + round_ - 1) / round_) {
+    size_t offset = 0;
+    for (size_t b : s.blocks) {
+      offsets_.push_back(offset);
+      offset += b;
+    }
+  }
 
   // Transport failures are returned; a kernel's failure is not (it is in the kernels' status,
   // which the next stage's agreement and the allreduce's last one make every rank's), so that a
@@ -82,6 +97,8 @@ class Pipeline {
   // scratch is released when it returns.
   Status run() {
     if (s_.count == 0) return Status::ok();
+    if (scatterOnly_ && !s_.input)
+      return Status::internal("a reduce-scatter stage needs its input");
     const size_t mark = k_.mark();
     const Status status = p_ == 1 ? alone() : rounds();
     k_.release(mark);
@@ -118,6 +135,10 @@ class Pipeline {
   // Shard j of round q: a balanced split in units, the first ones a unit longer (the last shard
   // of the last round may be short).
   Shard shard(size_t q, int j) const {
+    if (scatterOnly_) {
+      const size_t done = std::min(s_.blocks[j], q * segment_);
+      return {offsets_[j] + done, std::min(segment_, s_.blocks[j] - done)};
+    }
     const size_t n = length(q);
     const size_t units = (n + unit_ - 1) / unit_;
     const size_t base = units / p_;
@@ -135,14 +156,18 @@ class Pipeline {
     if (s_.input) return static_cast<const char*>(s_.input) + index * s_.inBytes;
     return encodedRound(q) + (index - q * round_) * s_.inBytes;
   }
-  char* outputAt(size_t index) const { return static_cast<char*>(s_.output) + index * s_.outBytes; }
+  // Output element `index`: in a reduce-scatter, the output holds this rank's block alone.
+  char* outputAt(size_t index) const {
+    if (scatterOnly_) index -= offsets_[rank_];
+    return static_cast<char*>(s_.output) + index * s_.outBytes;
+  }
   transport::ExchangeGroup& group(size_t k) { return groups_[k % 3]; }
 
   // Group k: round k-2's allgather and round k's reduce-scatter. The same transfers in the same
   // order on every rank, so that those between a pair of ranks match in posting order.
   Status post(size_t k) {
     transport::ExchangeGroup& g = group(k);
-    if (k >= 2 && k - 2 < rounds_) gather(k - 2, g);
+    if (k >= 2 && k - 2 < rounds_ && !scatterOnly_) gather(k - 2, g);
     if (k < rounds_) {
       if (!s_.input) s_.encode(k * round_, length(k), encodedRound(k));
       scatter(k, g);
@@ -217,10 +242,13 @@ class Pipeline {
   const int p_;
   const int rank_;
   const size_t unit_;
+  const bool scatterOnly_;
+  const size_t widest_;  // elements of the largest shard over all rounds (of the largest block)
   const size_t segment_;
   const size_t round_;
   const size_t slotBytes_;
   const size_t rounds_;
+  std::vector<size_t> offsets_;  // of the blocks
   char* staging_ = nullptr;
   char* encoded_ = nullptr;
   transport::ExchangeGroup groups_[3];

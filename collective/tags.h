@@ -13,6 +13,7 @@ constexpr int kTagBroadcast = 4;
 constexpr int kTagAllgather = 5;
 constexpr int kTagRing = 6;     // ring allreduce
 constexpr int kTagBarrier = 7;  // dissemination barrier
+constexpr int kTagAlltoall = 8;
 
 constexpr int kFirstUpperTag = 64;
 

@@ -1,5 +1,6 @@
 #include "fusion/engine.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -9,8 +10,10 @@
 
 #include "collective/allgather.h"
 #include "collective/allreduce.h"
+#include "collective/alltoall.h"
 #include "collective/broadcast.h"
 #include "collective/call_checks.h"
+#include "collective/reduce_scatter.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/names.h"
@@ -405,6 +408,24 @@ Status Engine::runBatch(const Batch& batch) {
     o.recv = spec.recv;
     o.bytes = d.bytes();
     status = collective::allgather(comm_, o);
+  } else if (d.kind == RequestKind::kReducescatter) {
+    collective::ReduceScatterOptions o;
+    o.mode = d.mode;
+    o.send = spec.send;
+    o.recv = spec.recv;
+    o.blocks.assign(d.blocks.begin(), d.blocks.end());
+    o.type = d.type;
+    o.op = d.op;
+    o.segmentBytes = options_.segmentBytes;
+    status = collective::reduceScatter(comm_, o);
+  } else if (d.kind == RequestKind::kAlltoall) {
+    collective::AlltoallOptions o;
+    o.send = spec.send;
+    o.recv = spec.recv;
+    o.sendCounts = spec.sendCounts;
+    o.recvCounts = spec.recvCounts;
+    o.elementBytes = dataTypeSize(d.type);
+    status = collective::alltoall(comm_, o);
   } else if (!batch.fused) {
     status = allreduce(d, &spec.send, spec.recv, d.count);
   } else {
@@ -441,10 +462,9 @@ Status Engine::runBatch(const Batch& batch) {
     return status;
   }
   if (timeline_.active()) {
-    const char* phase = d.kind == RequestKind::kAllreduce   ? "ALLREDUCE"
-                        : d.kind == RequestKind::kBroadcast ? "BROADCAST"
-                                                            : "ALLGATHER";
-    timeline_.phase(lead->name(), phase, begin, Clock::now(), kibibytes(d.bytes()));
+    std::string phase = requestKindName(d.kind);
+    for (char& c : phase) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    timeline_.phase(lead->name(), phase.c_str(), begin, Clock::now(), kibibytes(d.bytes()));
   }
   return status;
 }

@@ -32,16 +32,35 @@ void putDescriptor(ByteWriter& w, const Descriptor& d) {
   w.put(d.count);
   w.put(d.groupKey);
   w.put(d.groupSize);
+  w.put(d.ndim);
+  w.put<uint32_t>(static_cast<uint32_t>(d.shape.size()));
+  for (int64_t extent : d.shape) w.put(extent);
+  w.put<uint32_t>(static_cast<uint32_t>(d.blocks.size()));
+  for (uint64_t block : d.blocks) w.put(block);
+}
+
+// n values of T, each read from the bytes left (a count beyond them is garbage).
+template <typename T>
+bool getList(ByteReader& r, std::vector<T>* values) {
+  uint32_t n = 0;
+  if (!r.get(&n) || n > r.remaining() / sizeof(T)) return false;
+  values->assign(n, T{});
+  for (T& v : *values) {
+    if (!r.get(&v)) return false;
+  }
+  return true;
 }
 
 bool getDescriptor(ByteReader& r, Descriptor* d) {
   if (!(r.get(&d->kind) && r.get(&d->type) && r.get(&d->op) && r.get(&d->mode) && r.get(&d->root) &&
-        r.get(&d->count) && r.get(&d->groupKey) && r.get(&d->groupSize))) {
+        r.get(&d->count) && r.get(&d->groupKey) && r.get(&d->groupSize) && r.get(&d->ndim) &&
+        getList(r, &d->shape) && getList(r, &d->blocks))) {
     return false;
   }
   const auto kind = static_cast<int>(d->kind);
-  return kind >= static_cast<int>(RequestKind::kAllreduce) &&
-         kind <= static_cast<int>(RequestKind::kAllgather) &&
+  const bool shaped = d->ndim < 0 ? d->shape.empty() : d->shape.size() == size_t(d->ndim);
+  return shaped && kind >= static_cast<int>(RequestKind::kAllreduce) &&
+         kind <= static_cast<int>(RequestKind::kAlltoall) &&
          isValidDataType(static_cast<int>(d->type)) && isValidReduceOp(static_cast<int>(d->op)) &&
          isValidMode(static_cast<int>(d->mode));
 }

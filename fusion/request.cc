@@ -1,5 +1,7 @@
 #include "fusion/request.h"
 
+#include <algorithm>
+
 namespace detcoll::fusion {
 
 const char* requestKindName(RequestKind kind) {
@@ -10,14 +12,35 @@ const char* requestKindName(RequestKind kind) {
       return "broadcast";
     case RequestKind::kAllgather:
       return "allgather";
+    case RequestKind::kReducescatter:
+      return "reducescatter";
+    case RequestKind::kAlltoall:
+      return "alltoall";
   }
   return "unknown request";
 }
 
 std::string describe(const Descriptor& d) {
-  std::string text = std::string(requestKindName(d.kind)) + " " + dataTypeName(d.type) + "[" +
-                     std::to_string(d.count) + "]";
-  if (d.kind == RequestKind::kAllreduce) text += " " + reduceOpName(d.op) + " " + modeName(d.mode);
+  std::string text = std::string(requestKindName(d.kind)) + " " + dataTypeName(d.type);
+  if (d.kind != RequestKind::kAlltoall) text += "[" + std::to_string(d.count) + "]";
+  if (d.ndim >= 0) {
+    // Allgather and alltoall carry the dimensions beyond the first.
+    const bool rows = d.kind == RequestKind::kAllgather || d.kind == RequestKind::kAlltoall;
+    text += rows ? " rows of shape (" : " shape (";
+    for (size_t i = 0; i < d.shape.size(); ++i) {
+      text += (i > 0 ? ", " : "") + std::to_string(d.shape[i]);
+    }
+    text += d.shape.size() == 1 ? ",)" : ")";
+  }
+  if (d.kind == RequestKind::kReducescatter) {
+    text += " in blocks of";
+    for (size_t i = 0; i < d.blocks.size(); ++i) {
+      text += (i > 0 ? ", " : " ") + std::to_string(d.blocks[i]);
+    }
+  }
+  if (d.kind == RequestKind::kAllreduce || d.kind == RequestKind::kReducescatter) {
+    text += " " + reduceOpName(d.op) + " " + modeName(d.mode);
+  }
   if (d.kind == RequestKind::kBroadcast) text += " root " + std::to_string(d.root);
   if (d.groupSize > 1) text += " in a group of " + std::to_string(d.groupSize);
   return text;
@@ -54,9 +77,30 @@ void Request::complete(Status status) {
 collective::CallArguments callArguments(const RequestSpec& spec, int dtype, int op) {
   const Descriptor& d = spec.descriptor;
   collective::CallArguments call;
-  call.kind = d.kind == RequestKind::kAllreduce   ? collective::CallKind::kAllreduce
-              : d.kind == RequestKind::kBroadcast ? collective::CallKind::kBroadcast
-                                                  : collective::CallKind::kAllgather;
+  switch (d.kind) {
+    case RequestKind::kAllreduce:
+      call.kind = collective::CallKind::kAllreduce;
+      break;
+    case RequestKind::kBroadcast:
+      call.kind = collective::CallKind::kBroadcast;
+      break;
+    case RequestKind::kAllgather:
+      call.kind = collective::CallKind::kAllgather;
+      break;
+    case RequestKind::kReducescatter:
+      call.kind = collective::CallKind::kReducescatter;
+      call.counts = d.blocks.data();
+      call.ncounts = d.blocks.size();
+      break;
+    case RequestKind::kAlltoall:
+      call.kind = collective::CallKind::kAlltoall;
+      call.counts = spec.sendCounts.data();
+      call.recvCounts = spec.recvCounts.data();
+      // Both lists must have one entry per rank: a shorter one is checked as missing entries.
+      call.ncounts = std::min(spec.sendCounts.size(), spec.recvCounts.size());
+      if (spec.sendCounts.size() != spec.recvCounts.size()) call.recvCounts = nullptr;
+      break;
+  }
   call.leaves = &spec.send;
   call.send = spec.send;
   call.recv = spec.recv;

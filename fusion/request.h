@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "collective/call_checks.h"
 #include "common/dtype.h"
@@ -19,7 +20,13 @@
 
 namespace detcoll::fusion {
 
-enum class RequestKind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3 };
+enum class RequestKind : uint8_t {
+  kAllreduce = 1,
+  kBroadcast = 2,
+  kAllgather = 3,
+  kReducescatter = 4,
+  kAlltoall = 5,
+};
 const char* requestKindName(RequestKind kind);
 
 // What every rank must give identically for one name. groupKey and groupSize are those of the
@@ -30,13 +37,22 @@ struct Descriptor {
   ReduceOp op = ReduceOp::kSum;  // allreduce
   Mode mode = Mode::kOrdered;    // allreduce
   int32_t root = 0;              // broadcast
-  uint64_t count = 0;            // elements (per rank for allgather)
+  // Elements: of the buffer (allreduce, broadcast), per rank (allgather), of the input
+  // (reducescatter: the sum of blocks); 0 for alltoall, whose counts are each rank's own.
+  uint64_t count = 0;
   uint64_t groupKey = 0;
   uint32_t groupSize = 1;
+  // The tensor's shape as the caller gave it (ndim -1: none given), which ranks must agree on too:
+  // equal counts reduced flat would hide tensors of different shapes. Allgather and alltoall give
+  // the dimensions beyond the first, which may differ.
+  int32_t ndim = -1;
+  std::vector<int64_t> shape;
+  std::vector<uint64_t> blocks;  // reducescatter: elements of each rank's block
 
   bool operator==(const Descriptor& o) const {
     return kind == o.kind && type == o.type && op == o.op && mode == o.mode && root == o.root &&
-           count == o.count && groupKey == o.groupKey && groupSize == o.groupSize;
+           count == o.count && groupKey == o.groupKey && groupSize == o.groupSize &&
+           ndim == o.ndim && shape == o.shape && blocks == o.blocks;
   }
   bool operator!=(const Descriptor& o) const { return !(*this == o); }
   // Bytes of the buffer a rank sends.
@@ -49,8 +65,12 @@ std::string describe(const Descriptor& d);
 struct RequestSpec {
   std::string name;
   Descriptor descriptor;
-  const void* send = nullptr;  // allreduce, allgather
-  void* recv = nullptr;        // allreduce, allgather (size() * count elements); broadcast buffer
+  const void* send = nullptr;  // allreduce, allgather, reducescatter, alltoall
+  // allreduce; allgather (size() * count elements); broadcast's buffer; reducescatter (this
+  // rank's block); alltoall (the sum of recvCounts elements)
+  void* recv = nullptr;
+  std::vector<uint64_t> sendCounts;  // alltoall: elements to each rank
+  std::vector<uint64_t> recvCounts;  // alltoall: elements from each rank
   // A local check's failure (the binding's, or the engine's at enqueue): the request is still
   // negotiated, so that it fails on every rank.
   std::string localError;

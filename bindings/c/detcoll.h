@@ -135,6 +135,47 @@ DETCOLL_API detcoll_status_t detcoll_broadcast_async(void* buf, size_t count, de
 DETCOLL_API detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf,
                                                      size_t count, detcoll_dtype_t dtype,
                                                      const char* name, detcoll_handle_t* handle);
+/* Any asynchronous request, described whole: the calls above, and what they cannot say (the
+ * tensor's shape, the reduce-scatter and the alltoall). Zero-initialize it, then set the fields
+ * the kind uses. Every rank must describe the same request under one name (its ndim and shape
+ * too); a rank that describes another fails it on every rank with DETCOLL_ERR_MISMATCH naming
+ * what each rank gave.
+ *
+ * reducescatter: counts[j] elements of the reduction go to rank j (size() entries, the same on
+ *   every rank; Horovod splits a tensor's first dimension this way). sendbuf holds their sum,
+ *   recvbuf this rank's block; the elements are reduced exactly as the allreduce of the same mode
+ *   reduces them, so a block equals that slice of the allreduce, bit for bit. Average divides by
+ *   the world size. In place is not supported.
+ * alltoall: counts[j] elements of sendbuf go to rank j and recvcounts[j] elements come from rank
+ *   j, packed in rank order in each buffer (MPI_Alltoallv with packed displacements). A count
+ *   rank j does not send fails every rank with DETCOLL_ERR_MISMATCH naming both ranks. */
+typedef enum {
+  DETCOLL_REQUEST_ALLREDUCE,
+  DETCOLL_REQUEST_BROADCAST,
+  DETCOLL_REQUEST_ALLGATHER,
+  DETCOLL_REQUEST_REDUCESCATTER,
+  DETCOLL_REQUEST_ALLTOALL
+} detcoll_request_kind_t;
+
+typedef struct detcoll_request_desc {
+  detcoll_request_kind_t kind;
+  const void* sendbuf;      /* all but broadcast */
+  void* recvbuf;            /* broadcast: the buffer */
+  size_t count;             /* allreduce, broadcast: elements; allgather: elements of each rank */
+  const size_t* counts;     /* reducescatter, alltoall: size() entries */
+  const size_t* recvcounts; /* alltoall: size() entries */
+  detcoll_dtype_t dtype;
+  detcoll_op_t op; /* allreduce, reducescatter */
+  int root;        /* broadcast */
+  const char* name;
+  /* The tensor's shape, which every rank must give alike: ndim (0 to 64) entries, or NULL for
+   * none. Allgather and alltoall give the dimensions after the first, which may differ. */
+  const int64_t* shape;
+  int ndim;
+} detcoll_request_desc_t;
+DETCOLL_API detcoll_status_t detcoll_enqueue(const detcoll_request_desc_t* request,
+                                             detcoll_handle_t* handle);
+
 /* *done = 1 once the request has completed (successfully or not); the handle stays valid. */
 DETCOLL_API detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done);
 /* Blocks until the request completes, returns its status and releases the handle. */

@@ -32,8 +32,15 @@ bool unnamed(const char* name) {
 
 // A request's spec from the caller's raw values; what is wrong with them goes into localError,
 // so that the request still fails on every rank.
+// The most dimensions a request's shape may have.
+constexpr int kMaxDims = 64;
+
+// What a kind adds to the spec before it is checked (counts, a shape); an error text, or "".
+using SpecExtras = std::function<std::string(fusion::RequestSpec&)>;
+
 fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* recv, size_t count,
-                             int dtype, int op, int root, const char* name) {
+                             int dtype, int op, int root, const char* name,
+                             const SpecExtras& extras = nullptr) {
   fusion::RequestSpec spec;
   spec.name =
       unnamed(name) ? "detcoll.noname." + std::to_string(g_runtime->unnamed++) : std::string(name);
@@ -44,14 +51,18 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
   d.count = count;
   d.root = root;
   d.mode = currentMode();
+  const std::string extrasError = extras ? extras(spec) : std::string();
   // The raw dtype and op through the one check of a call's arguments (a descriptor holds valid
   // values only), so the engine need not check again.
   spec.localError = collective::checkCall(fusion::callArguments(spec, dtype, op),
                                           g_runtime->comm->rank(), g_runtime->comm->size())
                         .message();
   spec.checked = true;
+  if (!extrasError.empty()) spec.localError = extrasError;
   if (isValidDataType(dtype)) d.type = static_cast<DataType>(dtype);
-  if (kind == fusion::RequestKind::kAllreduce && isValidReduceOp(op)) {
+  const bool reduces =
+      kind == fusion::RequestKind::kAllreduce || kind == fusion::RequestKind::kReducescatter;
+  if (reduces && isValidReduceOp(op)) {
     d.op = static_cast<ReduceOp>(op);
   }
   // The fusion engine packs host buffers; device buffers take the blocking calls.
@@ -105,6 +116,37 @@ detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const vo
   return enqueue(
       call, 1, [&](size_t) { return makeSpec(kind, send, recv, count, dtype, op, root, name); },
       unnamed(name), handle);
+}
+
+// What detcoll_enqueue's descriptor adds to a spec: a reduce-scatter's blocks, an alltoall's
+// counts, the shape.
+SpecExtras extrasOf(const detcoll_request_desc_t& r) {
+  return [&r](fusion::RequestSpec& spec) {
+    const size_t p = static_cast<size_t>(g_runtime->comm->size());
+    auto list = [&](const size_t* counts) {
+      return counts == nullptr ? std::vector<uint64_t>()
+                               : std::vector<uint64_t>(counts, counts + p);
+    };
+    fusion::Descriptor& d = spec.descriptor;
+    if (r.kind == DETCOLL_REQUEST_REDUCESCATTER) {
+      d.blocks = list(r.counts);
+      uint64_t total = 0;
+      for (uint64_t b : d.blocks) total += b;  // an overflow is the local check's to report
+      d.count = total;
+    } else if (r.kind == DETCOLL_REQUEST_ALLTOALL) {
+      spec.sendCounts = list(r.counts);
+      spec.recvCounts = list(r.recvcounts);
+      d.count = 0;
+    }
+    if (r.shape == nullptr) return std::string();
+    if (r.ndim < 0 || r.ndim > kMaxDims) {
+      return "ndim is " + std::to_string(r.ndim) + "; a shape has 0 to " +
+             std::to_string(kMaxDims) + " dimensions";
+    }
+    d.ndim = r.ndim;
+    d.shape.assign(r.shape, r.shape + r.ndim);
+    return std::string();
+  };
 }
 
 }  // namespace
@@ -170,6 +212,33 @@ detcoll_status_t detcoll_allgather_async(const void* sendbuf, void* recvbuf, siz
   std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
   return enqueueOne("detcoll_allgather_async", fusion::RequestKind::kAllgather, sendbuf, recvbuf,
                     count, static_cast<int>(dtype), 0, 0, name, handle);
+}
+
+detcoll_status_t detcoll_enqueue(const detcoll_request_desc_t* request, detcoll_handle_t* handle) {
+  std::shared_lock<std::shared_mutex> lock(g_runtimeMutex);
+  const char* call = "detcoll_enqueue";
+  if (handle == nullptr || request == nullptr) {
+    static_cast<void>(takeRejection());  // the call fails here, on this rank
+    return finish(Status::invalidArgument(std::string(call) + ": " +
+                                          (handle == nullptr ? "handle" : "request") + " is null"));
+  }
+  *handle = nullptr;
+  const detcoll_request_desc_t& r = *request;
+  const int kind = static_cast<int>(r.kind);
+  if (kind < DETCOLL_REQUEST_ALLREDUCE || kind > DETCOLL_REQUEST_ALLTOALL) {
+    static_cast<void>(takeRejection());
+    return finish(Status::invalidArgument(std::string(call) + ": unknown request kind " +
+                                          std::to_string(kind)));
+  }
+  return enqueue(
+      call, 1,
+      [&](size_t) {
+        // The C kinds are the engine's, one apart.
+        return makeSpec(static_cast<fusion::RequestKind>(kind + 1), r.sendbuf, r.recvbuf, r.count,
+                        static_cast<int>(r.dtype), static_cast<int>(r.op), r.root, r.name,
+                        extrasOf(r));
+      },
+      unnamed(r.name), handle);
 }
 
 detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done) {

@@ -5,7 +5,9 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <algorithm>
 #include <array>
+#include <optional>
 
 #include <cstdint>
 #include <string>
@@ -55,19 +57,47 @@ void* ptr(uintptr_t address) {
   return reinterpret_cast<void*>(address);
 }
 
-// An asynchronous request. wait() completes and releases it; a request dropped without a wait is
-// waited for. keep() hands it the objects that own its buffers (the tensors): they are released
-// only once the request has completed, whatever order Python frees things in.
+// Requests dropped before they completed, with the objects that own their buffers: as in
+// Horovod, dropping a handle neither waits (the request may wait for other ranks) nor cancels it
+// (the other ranks' requests of that name need this one). Each is released once it has completed:
+// reap() runs at every enqueue and after finalize. Guarded by the GIL; raw references, never
+// destroyed at exit (after the interpreter).
+struct Orphan {
+  detcoll_handle_t handle;
+  PyObject* keep;
+};
+std::vector<Orphan>* g_orphans = new std::vector<Orphan>();
+
+// Releases the dropped requests that have completed (all of them with `all`, waiting for each:
+// after finalize, every request has completed or failed). Called with the GIL held.
+void reap(bool all) {
+  std::vector<Orphan>& orphans = *g_orphans;
+  size_t kept = 0;
+  for (Orphan& o : orphans) {
+    int done = 0;
+    detcoll_poll(o.handle, &done);
+    if (done == 0 && !all) {
+      orphans[kept++] = o;
+      continue;
+    }
+    {
+      py::gil_scoped_release release;
+      detcoll_wait(o.handle);  // its status is nobody's: the handle was dropped
+    }
+    Py_XDECREF(o.keep);
+  }
+  orphans.resize(kept);
+}
+
+// An asynchronous request. wait() completes and releases it; a request dropped without a wait
+// becomes an orphan (above). keep() hands it the objects that own its buffers (the tensors): they
+// are released only once the request has completed, whatever order Python frees things in.
 class Request {
  public:
   explicit Request(detcoll_handle_t handle) : handle_(handle) {}
   Request(const Request&) = delete;
   ~Request() {
-    if (handle_ != nullptr) {
-      py::gil_scoped_release release;
-      detcoll_wait(handle_);
-    }
-    // keep_ is destroyed after this, with the GIL held again.
+    if (handle_ != nullptr) g_orphans->push_back({handle_, keep_.release().ptr()});
   }
   void keep(py::object owners) { keep_ = std::move(owners); }
   bool poll() {
@@ -149,6 +179,11 @@ PYBIND11_MODULE(_detcoll, m) {
   DETCOLL_EXPORT_ENUMERATOR(MODE_NATIVE);  // detcoll_mode_t
   DETCOLL_EXPORT_ENUMERATOR(MODE_ORDERED);
   DETCOLL_EXPORT_ENUMERATOR(MODE_INVARIANT);
+  DETCOLL_EXPORT_ENUMERATOR(REQUEST_ALLREDUCE);  // detcoll_request_kind_t
+  DETCOLL_EXPORT_ENUMERATOR(REQUEST_BROADCAST);
+  DETCOLL_EXPORT_ENUMERATOR(REQUEST_ALLGATHER);
+  DETCOLL_EXPORT_ENUMERATOR(REQUEST_REDUCESCATTER);
+  DETCOLL_EXPORT_ENUMERATOR(REQUEST_ALLTOALL);
 #undef DETCOLL_EXPORT_ENUMERATOR
 
   m.def("_set_errors", [](py::dict errors) {
@@ -159,7 +194,10 @@ PYBIND11_MODULE(_detcoll, m) {
   m.def("reject_next_call",
         [](const std::string& reason) { check(detcoll_reject_next_call(reason.c_str())); });
   m.def("init", [] { blocking([] { return detcoll_init(); }); });
-  m.def("finalize", [] { blocking([] { return detcoll_finalize(); }); });
+  m.def("finalize", [] {
+    blocking([] { return detcoll_finalize(); });
+    reap(true);
+  });
   m.def("rank", [] { return detcoll_rank(); });
   m.def("size", [] { return detcoll_size(); });
   m.def("local_rank", [] { return detcoll_local_rank(); });
@@ -203,6 +241,7 @@ PYBIND11_MODULE(_detcoll, m) {
       .def("wait", &Request::wait)
       .def("keep", &Request::keep);
   auto enqueued = [](detcoll_status_t status, detcoll_handle_t handle) {
+    reap(false);
     check(status);
     return std::make_unique<Request>(handle);
   };
@@ -238,6 +277,53 @@ PYBIND11_MODULE(_detcoll, m) {
     for (detcoll_handle_t h : handles) requests.push_back(std::make_unique<Request>(h));
     return requests;
   });
+  m.def(
+      "enqueue",
+      [=](int kind, uintptr_t send, uintptr_t recv, size_t count, int dtype, int op, int root,
+          const std::string& name, std::optional<std::vector<int64_t>> shape,
+          std::optional<std::vector<size_t>> counts,
+          std::optional<std::vector<size_t>> recvcounts) {
+        detcoll_request_desc_t r{};
+        r.kind = static_cast<detcoll_request_kind_t>(kind);
+        r.sendbuf = ptr(send);
+        r.recvbuf = ptr(recv);
+        r.count = count;
+        r.dtype = static_cast<detcoll_dtype_t>(dtype);
+        r.op = static_cast<detcoll_op_t>(op);
+        r.root = root;
+        r.name = name.c_str();
+        if (shape) {
+          r.shape = shape->data();
+          r.ndim = static_cast<int>(shape->size());
+        }
+        // Lists of another length than the world's size are the library's to report; a short
+        // one is padded so that it never reads past the end.
+        const size_t p = static_cast<size_t>(std::max(detcoll_size(), 0));
+        std::vector<size_t> c, rc;
+        if (counts) {
+          c = *counts;
+          if (c.size() != p) {
+            throw py::value_error("enqueue: " + std::to_string(c.size()) + " counts for " +
+                                  std::to_string(p) + " ranks");
+          }
+          r.counts = c.data();
+        }
+        if (recvcounts) {
+          rc = *recvcounts;
+          if (rc.size() != p) {
+            throw py::value_error("enqueue: " + std::to_string(rc.size()) + " receive counts for " +
+                                  std::to_string(p) + " ranks");
+          }
+          r.recvcounts = rc.data();
+        }
+        detcoll_handle_t h = nullptr;
+        const detcoll_status_t s = detcoll_enqueue(&r, &h);
+        return enqueued(s, h);
+      },
+      py::arg("kind"), py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"),
+      py::arg("op") = static_cast<int>(DETCOLL_SUM), py::arg("root") = 0, py::arg("name") = "",
+      py::arg("shape") = py::none(), py::arg("counts") = py::none(),
+      py::arg("recvcounts") = py::none());
   m.def("broadcast_async",
         [=](uintptr_t buf, size_t count, int dtype, int root, const std::string& name) {
           detcoll_handle_t h = nullptr;
