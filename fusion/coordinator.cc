@@ -26,7 +26,32 @@ constexpr auto kPartialWindow = std::chrono::milliseconds(5);
 }  // namespace
 
 Coordinator::Coordinator(int size, CoordinatorOptions options)
-    : size_(size), options_(std::move(options)) {}
+    : size_(size), options_(std::move(options)), joined_(size, false) {}
+
+std::vector<int> Coordinator::joinedRanks() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (joined_[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+bool Coordinator::required(const Pending& p, std::vector<int>* ranks) const {
+  ranks->clear();
+  const Descriptor& d = p.announced();
+  if (d.processSet != 0) {
+    const auto members = options_.members ? options_.members(d.processSet) : nullptr;
+    if (!members) return false;
+    *ranks = *members;
+    return true;
+  }
+  // After join, a rank that joined counts as having announced every allreduce of set 0 (it takes
+  // part with zeros); the join itself waits for every rank.
+  for (int r = 0; r < size_; ++r) {
+    if (d.kind == RequestKind::kJoin || !joined_[r] || p.submitted[r]) ranks->push_back(r);
+  }
+  return true;
+}
 
 void Coordinator::submit(int rank, const std::string& name, const Descriptor& d,
                          const std::string& error, Clock::time_point now) {
@@ -43,12 +68,16 @@ void Coordinator::submit(int rank, const std::string& name, const Descriptor& d,
   p.descriptors[rank] = d;
   p.errors[rank] = error;
   ++p.count;
+  if (d.kind == RequestKind::kJoin && error.empty()) {
+    joined_[rank] = true;
+    lastJoined_ = rank;
+  }
 }
 
 std::string Coordinator::disagreement(const std::string& name, const Pending& p,
                                       StatusCode* code) const {
   const std::string what =
-      std::string(requestKindName(p.descriptors[0].kind)) + " " + quotedName(name);
+      std::string(requestKindName(p.announced().kind)) + " " + quotedName(name);
   // The same verdict and wording as every agreement (collective/agreement.h): local failures
   // first, then the ranks grouped by what they announced.
   std::vector<Status> local(size_);
@@ -60,9 +89,29 @@ std::string Coordinator::disagreement(const std::string& name, const Pending& p,
     *code = invalid.code();
     return what + ": " + invalid.message();
   }
-  const collective::RankGroups groups = collective::groupRanks(
-      size_, [&](int a, int b) { return p.descriptors[a] == p.descriptors[b]; });
-  if (groups.size() == 1) return "";
+  // Grouped over the ranks that announced it (a process set's members; not the ranks that joined).
+  std::vector<int> ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (p.submitted[r]) ranks.push_back(r);
+  }
+  collective::RankGroups groups = collective::groupRanks(
+      static_cast<int>(ranks.size()),
+      [&](int a, int b) { return p.descriptors[ranks[a]] == p.descriptors[ranks[b]]; });
+  if (groups.size() == 1) {
+    const Descriptor& d = p.descriptors[ranks[0]];
+    const std::vector<int> joined = joinedRanks();
+    if (d.processSet != 0 || d.kind == RequestKind::kAllreduce || d.kind == RequestKind::kJoin ||
+        joined.empty()) {
+      return "";
+    }
+    *code = StatusCode::kInvalidArgument;
+    return what + ": " + describeRanks(joined) + (joined.size() == 1 ? " has" : " have") +
+           " joined; until every rank has joined, only allreduces run (the ranks that joined "
+           "contribute zeros), as in Horovod";
+  }
+  for (auto& group : groups) {
+    for (int& index : group) index = ranks[index];
+  }
   *code = StatusCode::kMismatch;
   return what + ": ranks disagree: " +
          collective::describeGroups(
@@ -110,8 +159,12 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
   std::vector<std::string> candidates;
   std::unordered_map<uint64_t, uint32_t> groupCandidates;
   std::vector<std::pair<std::string, Status>> failures;
+  std::vector<int> needed;
   for (const auto& [name, p] : pending_) {
-    if (p.count < size_) continue;
+    if (!required(p, &needed)) continue;  // its process set is not registered here yet
+    bool complete = true;
+    for (int r : needed) complete = complete && p.submitted[r];
+    if (!complete) continue;
     StatusCode code = StatusCode::kSuccess;
     std::string why = disagreement(name, p, &code);
     if (!why.empty()) {
@@ -119,14 +172,14 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
       continue;
     }
     candidates.push_back(name);
-    const Descriptor& d = p.descriptors[0];
+    const Descriptor& d = p.announced();
     if (d.groupSize > 1) ++groupCandidates[d.groupKey];
   }
   // Each failed name gets its own error; then the other pending members of their groups fail.
   std::vector<std::tuple<uint64_t, std::string, StatusCode>> failedGroups;
   for (auto& [name, status] : failures) {
     const auto it = pending_.find(name);
-    const Descriptor d = it->second.descriptors[0];
+    const Descriptor d = it->second.announced();
     pending_.erase(it);
     const StatusCode code = status.code();
     response.errors.push_back({name, std::move(status)});
@@ -136,7 +189,7 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
   for (const std::string& name : candidates) {
     const auto it = pending_.find(name);
     if (it == pending_.end()) continue;  // failed with its group
-    const Descriptor d = it->second.descriptors[0];
+    const Descriptor d = it->second.announced();
     if (d.groupSize > 1 && groupCandidates[d.groupKey] < d.groupSize) continue;  // wait for all
     if (const auto id = cache_.find(name, d)) {
       response.cachedReady.set(*id);
@@ -146,18 +199,37 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
     pending_.erase(it);
   }
   for (const ReadyEntry& e : response.ready) cache_.record(e.name, e.descriptor);
+  // The join is ready once every rank has joined: it returns the last, and the next starts afresh.
+  const auto joinReady = [&](uint32_t id) { return cache_.name(id) == kJoinName; };
+  bool joinDone = false;
+  for (const ReadyEntry& e : response.ready) joinDone = joinDone || e.name == kJoinName;
+  for (uint32_t id : response.cachedReady.ids()) joinDone = joinDone || joinReady(id);
+  if (joinDone) {
+    response.lastJoined = lastJoined_;
+    joined_.assign(size_, false);
+    lastJoined_ = -1;
+  }
 
   // Stalls: names some ranks have not announced.
   for (auto it = pending_.begin(); it != pending_.end();) {
     Pending& p = it->second;
     const double age = secondsBetween(p.first, now);
-    if (p.count == size_) {
+    std::vector<int> have;
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (p.submitted[r]) have.push_back(r);
+    }
+    // A join waits for as long as the others train; a set not registered yet will be.
+    const bool waits = p.descriptors[have[0]].kind != RequestKind::kJoin && required(p, &needed);
+    if (waits) {
+      for (int r : needed) {
+        if (!p.submitted[r]) missing.push_back(r);
+      }
+    }
+    if (missing.empty()) {
       ++it;
       continue;
     }
-    std::vector<int> have;
-    std::vector<int> missing;
-    for (int r = 0; r < size_; ++r) (p.submitted[r] ? have : missing).push_back(r);
     const std::string what =
         std::string(requestKindName(p.descriptors[have[0]].kind)) + " " + quotedName(it->first);
     if (options_.stallShutdownSeconds > 0 && age >= options_.stallShutdownSeconds) {
@@ -195,7 +267,7 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
   // Names announced within the last few milliseconds by some ranks only: the others are probably
   // enqueueing them now. (Older ones are stalling, and cycles at full speed would not help.)
   for (const auto& [name, p] : pending_) {
-    response.partial = response.partial || (p.count < size_ && now - p.first < kPartialWindow);
+    response.partial = response.partial || now - p.first < kPartialWindow;
   }
   return response;
 }

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct CoordinatorOptions {
   double stallShutdownSeconds = 600;  // then fail it everywhere (0: never)
   // Receives each stall warning; the engine logs them.
   std::function<void(const std::string&)> warn;
+  // The members of process set `id` (ranks in increasing order), or null while the set is not
+  // registered here; never asked for set 0 (every rank). Unset: set 0 is the only one.
+  std::function<std::shared_ptr<const std::vector<int>>(uint32_t id)> members;
 };
 
 class Coordinator {
@@ -47,12 +51,24 @@ class Coordinator {
     int count = 0;
     Clock::time_point first;
     Clock::time_point lastWarning;
+    // The descriptor of the lowest rank that announced it (of a process set other than 0, rank 0
+    // may never announce it). Every pending name has one.
+    const Descriptor& announced() const {
+      size_t r = 0;
+      while (r + 1 < submitted.size() && !submitted[r]) ++r;
+      return descriptors[r];
+    }
   };
 
   void submit(int rank, const std::string& name, const Descriptor& d, const std::string& error,
               Clock::time_point now);
   // Why a fully announced name cannot run, or an empty string.
   std::string disagreement(const std::string& name, const Pending& p, StatusCode* code) const;
+  // The ranks that must announce p before it runs: its process set's members, less the ranks that
+  // joined (set 0's allreduces). False while the set is not registered here.
+  bool required(const Pending& p, std::vector<int>* ranks) const;
+  // The ranks that have joined, or an empty list.
+  std::vector<int> joinedRanks() const;
   // Fails the pending members of a group along with one that failed, with its status code.
   void failGroup(uint64_t groupKey, const std::string& failed, StatusCode code, Response& response);
 
@@ -60,6 +76,10 @@ class Coordinator {
   const CoordinatorOptions options_;
   ResponseCache cache_;
   std::map<std::string, Pending> pending_;
+  // Join: the ranks that have announced kJoinName since the last join completed, and the last of
+  // them (the highest rank among those of the latest cycle).
+  std::vector<bool> joined_;
+  int lastJoined_ = -1;
 };
 
 using collective::describeRanks;

@@ -1,5 +1,6 @@
 #include "fusion/engine.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdint>
@@ -51,6 +52,7 @@ Engine::Engine(Communicator& comm, EngineOptions options)
     c.stallShutdownSeconds = options_.stallShutdownSeconds;
     c.warn =
         options_.warn ? options_.warn : [](const std::string& text) { DETCOLL_LOG(kWarn) << text; };
+    c.members = [this](uint32_t id) { return processSetMembers(id); };
     coordinator_ = std::make_unique<Coordinator>(comm_.size(), std::move(c));
   }
 }
@@ -118,12 +120,70 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
   }
   if (queue_.empty()) firstQueued_ = Clock::now();
   for (RequestSpec& spec : specs) {
+    if (spec.descriptor.kind == RequestKind::kJoin) joined_.store(true);
     names_.insert(spec.name);
     requests->push_back(std::make_shared<Request>(std::move(spec), callback));
     queue_.push_back(requests->back());
   }
   wake_.notify_one();
   return Status::ok();
+}
+
+Status Engine::addProcessSet(uint32_t id, std::vector<int> members,
+                             std::unique_ptr<Communicator> comm) {
+  if (id == 0) return Status::invalidArgument("process set 0 is every rank; it is not added");
+  auto set = std::make_shared<ProcessSet>();
+  set->members = std::make_shared<const std::vector<int>>(std::move(members));
+  set->comm = std::move(comm);
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  if (!sets_.emplace(id, std::move(set)).second) {
+    return Status::invalidArgument("process set " + std::to_string(id) + " exists already");
+  }
+  return Status::ok();
+}
+
+void Engine::attachCommunicator(uint32_t id, std::unique_ptr<Communicator> comm) {
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  const auto it = sets_.find(id);
+  if (it != sets_.end()) it->second->comm = std::move(comm);
+}
+
+void Engine::removeProcessSet(uint32_t id) {
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  sets_.erase(id);
+}
+
+std::shared_ptr<const std::vector<int>> Engine::processSetMembers(uint32_t id) {
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  const auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second->members;
+}
+
+Communicator* Engine::communicatorOf(uint32_t id) {
+  if (id == 0) return &comm_;
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  const auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second->comm.get();
+}
+
+bool Engine::stand(const std::string& name, const Descriptor& d, std::vector<RequestPtr>* ready) {
+  if (d.processSet != 0) {
+    const auto members = processSetMembers(d.processSet);
+    if (!members) return false;
+    // Another set's request: its members run it, this rank has nothing to do.
+    return std::find(members->begin(), members->end(), comm_.rank()) == members->end();
+  }
+  if (!joined_.load() || d.kind != RequestKind::kAllreduce) return false;
+  // Joined: this rank's part of the others' allreduce is zeros (docs/design.md, "Join").
+  RequestSpec spec;
+  spec.name = name;
+  spec.descriptor = d;
+  spec.owned = std::make_shared<std::vector<char>>(d.bytes(), 0);
+  spec.send = spec.owned->data();
+  spec.recv = spec.owned->data();
+  spec.checked = true;
+  ready->push_back(std::make_shared<Request>(std::move(spec), nullptr));
+  return true;
 }
 
 void Engine::shutdown() {
@@ -277,27 +337,36 @@ void Engine::run() {
       return;
     }
     std::vector<RequestPtr> ready;
-    auto take = [&](const std::string& name) {
+    auto take = [&](const std::string& name, const Descriptor& d) {
       const auto it = pending_.find(name);
-      if (it == pending_.end()) return false;
+      if (it == pending_.end()) return stand(name, d, &ready);
       ready.push_back(it->second);
       pending_.erase(it);
       return true;
     };
-    bool consistent = true;
+    std::string unknown;  // a ready name this rank cannot take
     for (uint32_t id : response.cachedReady.ids()) {
-      consistent = consistent && cache_.contains(id) && take(cache_.name(id));
+      if (!unknown.empty()) break;
+      if (!cache_.contains(id)) {
+        unknown = "cache id " + std::to_string(id);
+      } else if (!take(cache_.name(id), cache_.descriptor(id))) {
+        unknown = quotedName(cache_.name(id));
+      }
     }
     for (const ReadyEntry& e : response.ready) {
       cache_.record(e.name, e.descriptor);
-      consistent = consistent && take(e.name);
+      if (unknown.empty() && !take(e.name, e.descriptor)) unknown = quotedName(e.name);
     }
-    if (!consistent) {
+    lastJoined_ = response.lastJoined;
+    if (!unknown.empty()) {
       // Only a protocol bug gets here: stop rather than run collectives the others may not run.
-      for (const RequestPtr& request : ready) pending_.emplace(request->name(), request);
+      for (const RequestPtr& request : ready) {
+        if (request->spec().owned == nullptr) pending_.emplace(request->name(), request);
+      }
       stop(
           Status::internal("the negotiation's response names a request this rank did not "
-                           "announce"));
+                           "announce: " +
+                           unknown));
       return;
     }
     if (timeline_.active()) {
@@ -356,7 +425,8 @@ Status Engine::exchange(const RankMessage& mine, Response* response) {
   return pollAll(comm_, requests, peers, limit);
 }
 
-Status Engine::allreduce(const Descriptor& d, const void* const* send, void* recv, size_t count) {
+Status Engine::allreduce(Communicator& comm, const Descriptor& d, const void* const* send,
+                         void* recv, size_t count) {
   collective::AllreduceOptions o;
   o.mode = d.mode;
   o.leaves = send;
@@ -365,7 +435,7 @@ Status Engine::allreduce(const Descriptor& d, const void* const* send, void* rec
   o.type = d.type;
   o.op = d.op;
   o.segmentBytes = options_.segmentBytes;
-  return collective::allreduce(comm_, o);
+  return collective::allreduce(comm, o);
 }
 
 void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes) {
@@ -395,19 +465,30 @@ Status Engine::runBatch(const Batch& batch) {
   const Descriptor& d = lead->descriptor();
   const RequestSpec& spec = lead->spec();
   const Clock::time_point begin = Clock::now();
+  Communicator* comm = communicatorOf(d.processSet);
+  if (comm == nullptr) {
+    return Status::internal("this rank runs a request of process set " +
+                            std::to_string(d.processSet) + ", which it is not a member of");
+  }
   Status status;
+  if (d.kind == RequestKind::kJoin) {
+    // Every rank has joined: the join returns the last of them, and this rank trains again.
+    *static_cast<int32_t*>(spec.recv) = lastJoined_;
+    joined_.store(false);
+    return Status::ok();
+  }
   if (d.kind == RequestKind::kBroadcast) {
     collective::BroadcastOptions o;
     o.data = spec.recv;
     o.bytes = d.bytes();
     o.root = d.root;
-    status = collective::broadcast(comm_, o);
+    status = collective::broadcast(*comm, o);
   } else if (d.kind == RequestKind::kAllgather) {
     collective::AllgatherOptions o;
     o.send = spec.send;
     o.recv = spec.recv;
     o.bytes = d.bytes();
-    status = collective::allgather(comm_, o);
+    status = collective::allgather(*comm, o);
   } else if (d.kind == RequestKind::kReducescatter) {
     collective::ReduceScatterOptions o;
     o.mode = d.mode;
@@ -417,7 +498,7 @@ Status Engine::runBatch(const Batch& batch) {
     o.type = d.type;
     o.op = d.op;
     o.segmentBytes = options_.segmentBytes;
-    status = collective::reduceScatter(comm_, o);
+    status = collective::reduceScatter(*comm, o);
   } else if (d.kind == RequestKind::kAlltoall) {
     collective::AlltoallOptions o;
     o.send = spec.send;
@@ -425,9 +506,9 @@ Status Engine::runBatch(const Batch& batch) {
     o.sendCounts = spec.sendCounts;
     o.recvCounts = spec.recvCounts;
     o.elementBytes = dataTypeSize(d.type);
-    status = collective::alltoall(comm_, o);
+    status = collective::alltoall(*comm, o);
   } else if (!batch.fused) {
-    status = allreduce(d, &spec.send, spec.recv, d.count);
+    status = allreduce(*comm, d, &spec.send, spec.recv, d.count);
   } else {
     if (fusionBuffer_.size() < batch.bytes) fusionBuffer_.resize(batch.bytes);
     char* buffer = fusionBuffer_.data();
@@ -439,7 +520,7 @@ Status Engine::runBatch(const Batch& batch) {
     }
     const Clock::time_point copiedIn = Clock::now();
     const void* fused = buffer;
-    status = allreduce(d, &fused, buffer, batch.bytes / dataTypeSize(d.type));
+    status = allreduce(*comm, d, &fused, buffer, batch.bytes / dataTypeSize(d.type));
     const Clock::time_point reduced = Clock::now();
     if (status.isOk()) {
       offset = 0;

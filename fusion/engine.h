@@ -90,6 +90,21 @@ class Engine {
   // stall, which stops the engines of ranks that all still answer, this is a failure of the job.
   Status communicatorFailure();
 
+  // Process sets (Horovod's): collectives among some ranks, negotiated with every rank's and run
+  // on a communicator of the members alone. Every rank registers every set, with the same id and
+  // members (increasing ranks), before any rank enqueues a request in it; `comm` is the members'
+  // communicator (null on the other ranks). Requests in a set run in the order of the responses,
+  // like every request, so sets that share ranks cannot deadlock.
+  Status addProcessSet(uint32_t id, std::vector<int> members,
+                       std::unique_ptr<collective::transport::Communicator> comm);
+  // Gives a member its set's communicator, registered without one: the members learn the set
+  // before their communicator exists, so that no engine meets a request of an unknown set.
+  void attachCommunicator(uint32_t id, std::unique_ptr<collective::transport::Communicator> comm);
+  // Forgets a set; its requests must have completed.
+  void removeProcessSet(uint32_t id);
+  // The members of set `id` (every rank for 0), or null when it is not registered.
+  std::shared_ptr<const std::vector<int>> processSetMembers(uint32_t id);
+
   // Changes the fusion threshold. Rank 0's value is the one every rank plans with (it travels in
   // each cycle's response), so a call on rank 0 is what counts.
   void setFusionThreshold(size_t bytes) { fusionThresholdBytes_.store(bytes); }
@@ -99,9 +114,20 @@ class Engine {
   void run();  // the cycles, until the engines stop
   Status exchange(const RankMessage& mine, Response* response);
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
+  // A request the response names that this rank did not enqueue: none when the request's process
+  // set does not include this rank; the zeros of an allreduce when this rank has joined; else
+  // false (a protocol error).
+  bool stand(const std::string& name, const Descriptor& d, std::vector<RequestPtr>* ready);
+  struct ProcessSet {
+    std::shared_ptr<const std::vector<int>> members;
+    std::unique_ptr<collective::transport::Communicator> comm;  // null on other ranks
+  };
+  // The communicator a request of set `id` runs on, or null when this rank is not a member.
+  collective::transport::Communicator* communicatorOf(uint32_t id);
   Status runBatch(const Batch& batch);
   // The allreduce of d's mode, dtype and op over `count` elements of one leaf per rank.
-  Status allreduce(const Descriptor& d, const void* const* send, void* recv, size_t count);
+  Status allreduce(collective::transport::Communicator& comm, const Descriptor& d,
+                   const void* const* send, void* recv, size_t count);
   // Completes requests and frees their names for the next enqueue.
   void finish(const std::vector<RequestPtr>& requests, const Status& status);
   void stop(const Status& why);
@@ -126,7 +152,12 @@ class Engine {
   Status stoppedBecause_;
   Status communicatorFailure_;
 
+  std::mutex setsMutex_;  // the enqueuing threads add sets, the engine's thread reads them
+  std::unordered_map<uint32_t, std::shared_ptr<ProcessSet>> sets_;
+  std::atomic<bool> joined_{false};  // this rank's join is in flight
+
   // The background thread's own.
+  int32_t lastJoined_ = -1;  // of the current response
   ResponseCache cache_;
   std::unordered_map<std::string, RequestPtr> pending_;  // announced, not yet answered
   std::vector<char> fusionBuffer_;

@@ -37,6 +37,7 @@ void putDescriptor(ByteWriter& w, const Descriptor& d) {
   for (int64_t extent : d.shape) w.put(extent);
   w.put<uint32_t>(static_cast<uint32_t>(d.blocks.size()));
   for (uint64_t block : d.blocks) w.put(block);
+  w.put(d.processSet);
 }
 
 // n values of T, each read from the bytes left (a count beyond them is garbage).
@@ -54,13 +55,13 @@ bool getList(ByteReader& r, std::vector<T>* values) {
 bool getDescriptor(ByteReader& r, Descriptor* d) {
   if (!(r.get(&d->kind) && r.get(&d->type) && r.get(&d->op) && r.get(&d->mode) && r.get(&d->root) &&
         r.get(&d->count) && r.get(&d->groupKey) && r.get(&d->groupSize) && r.get(&d->ndim) &&
-        getList(r, &d->shape) && getList(r, &d->blocks))) {
+        getList(r, &d->shape) && getList(r, &d->blocks) && r.get(&d->processSet))) {
     return false;
   }
   const auto kind = static_cast<int>(d->kind);
   const bool shaped = d->ndim < 0 ? d->shape.empty() : d->shape.size() == size_t(d->ndim);
   return shaped && kind >= static_cast<int>(RequestKind::kAllreduce) &&
-         kind <= static_cast<int>(RequestKind::kAlltoall) &&
+         kind <= static_cast<int>(RequestKind::kJoin) &&
          isValidDataType(static_cast<int>(d->type)) && isValidReduceOp(static_cast<int>(d->op)) &&
          isValidMode(static_cast<int>(d->mode));
 }
@@ -134,6 +135,7 @@ std::vector<uint8_t> encode(const Response& resp) {
   w.put<uint8_t>(resp.shutdown ? static_cast<uint8_t>(resp.shutdownCode) : 0);
   w.put<uint8_t>(resp.partial);
   w.put<uint64_t>(resp.fusionThresholdBytes);
+  w.put<int32_t>(resp.lastJoined);
   w.putString(resp.shutdownReason);
   putBits(w, resp.cachedReady);
   w.put<uint32_t>(static_cast<uint32_t>(resp.ready.size()));
@@ -157,8 +159,9 @@ Status decode(const uint8_t* data, size_t size, Response* resp) {
   uint8_t partial = 0;
   uint32_t n = 0;
   if (!r.get(&magic) || magic != kResponseMagic || !r.get(&shutdown) || !r.get(&partial) ||
-      !r.get(&resp->fusionThresholdBytes) || !r.getString(&resp->shutdownReason) ||
-      !getBits(r, &resp->cachedReady) || !r.get(&n) || !plausibleCount(r, n)) {
+      !r.get(&resp->fusionThresholdBytes) || !r.get(&resp->lastJoined) ||
+      !r.getString(&resp->shutdownReason) || !getBits(r, &resp->cachedReady) || !r.get(&n) ||
+      !plausibleCount(r, n)) {
     return malformed("response");
   }
   if (shutdown > static_cast<uint8_t>(StatusCode::kInternal)) return malformed("response");

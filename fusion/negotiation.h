@@ -76,6 +76,9 @@ struct Response {
   // Rank 0's fusion threshold: every rank plans this cycle's batches with it, so that a threshold
   // set differently on some rank cannot make ranks run different collectives.
   uint64_t fusionThresholdBytes = 0;
+  // When the join (kJoinName) is among the ready requests: the rank that joined last, which every
+  // rank's join returns (Horovod's). -1 otherwise.
+  int32_t lastJoined = -1;
 };
 
 std::vector<uint8_t> encode(const RankMessage& m);

@@ -16,6 +16,8 @@ const char* requestKindName(RequestKind kind) {
       return "reducescatter";
     case RequestKind::kAlltoall:
       return "alltoall";
+    case RequestKind::kJoin:
+      return "join";
   }
   return "unknown request";
 }
@@ -42,6 +44,7 @@ std::string describe(const Descriptor& d) {
     text += " " + reduceOpName(d.op) + " " + modeName(d.mode);
   }
   if (d.kind == RequestKind::kBroadcast) text += " root " + std::to_string(d.root);
+  if (d.processSet != 0) text += " in process set " + std::to_string(d.processSet);
   if (d.groupSize > 1) text += " in a group of " + std::to_string(d.groupSize);
   return text;
 }
@@ -92,6 +95,10 @@ collective::CallArguments callArguments(const RequestSpec& spec, int dtype, int 
       call.counts = d.blocks.data();
       call.ncounts = d.blocks.size();
       break;
+    case RequestKind::kJoin:
+      call.kind = collective::CallKind::kBroadcast;  // nothing to check: no buffers, root 0
+      call.count = 0;
+      return call;
     case RequestKind::kAlltoall:
       call.kind = collective::CallKind::kAlltoall;
       call.counts = spec.sendCounts.data();

@@ -26,7 +26,12 @@ enum class RequestKind : uint8_t {
   kAllgather = 3,
   kReducescatter = 4,
   kAlltoall = 5,
+  // This rank has run out of data (Horovod's join): until every rank has joined, it takes part in
+  // the other ranks' allreduces with zeros. Its name is kJoinName.
+  kJoin = 6,
 };
+
+constexpr const char* kJoinName = "detcoll.join";
 const char* requestKindName(RequestKind kind);
 
 // What every rank must give identically for one name. groupKey and groupSize are those of the
@@ -48,11 +53,14 @@ struct Descriptor {
   int32_t ndim = -1;
   std::vector<int64_t> shape;
   std::vector<uint64_t> blocks;  // reducescatter: elements of each rank's block
+  // The process set the request runs in: 0 is every rank; others are registered with
+  // Engine::addProcessSet. Ranks, roots and blocks are the set's (its members in rank order).
+  uint32_t processSet = 0;
 
   bool operator==(const Descriptor& o) const {
     return kind == o.kind && type == o.type && op == o.op && mode == o.mode && root == o.root &&
            count == o.count && groupKey == o.groupKey && groupSize == o.groupSize &&
-           ndim == o.ndim && shape == o.shape && blocks == o.blocks;
+           ndim == o.ndim && shape == o.shape && blocks == o.blocks && processSet == o.processSet;
   }
   bool operator!=(const Descriptor& o) const { return !(*this == o); }
   // Bytes of the buffer a rank sends.
@@ -71,6 +79,8 @@ struct RequestSpec {
   void* recv = nullptr;
   std::vector<uint64_t> sendCounts;  // alltoall: elements to each rank
   std::vector<uint64_t> recvCounts;  // alltoall: elements from each rank
+  // Memory the request owns (the zeros a joined rank contributes), kept until it completes.
+  std::shared_ptr<std::vector<char>> owned;
   // A local check's failure (the binding's, or the engine's at enqueue): the request is still
   // negotiated, so that it fails on every rank.
   std::string localError;

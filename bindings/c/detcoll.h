@@ -172,9 +172,35 @@ typedef struct detcoll_request_desc {
    * none. Allgather and alltoall give the dimensions after the first, which may differ. */
   const int64_t* shape;
   int ndim;
+  /* The process set it runs in (detcoll_process_set_add); 0: every rank. Ranks, counts and blocks
+   * are then the set's (its members in increasing order: member i is the set's rank i); root is
+   * a rank of the world, which must be a member. A rank that is not a member gets
+   * DETCOLL_ERR_INVALID_ARGUMENT at once, and the members never wait for it. */
+  int process_set;
 } detcoll_request_desc_t;
 DETCOLL_API detcoll_status_t detcoll_enqueue(const detcoll_request_desc_t* request,
                                              detcoll_handle_t* handle);
+
+/* Process sets (Horovod's): requests among some of the ranks, on a communicator of their own,
+ * negotiated with the others so that sets which share ranks never deadlock. Adding and removing
+ * are collective: every rank (members or not) makes the same calls in the same order, from the
+ * thread that called detcoll_init, with the same ranks (any order; no duplicates); ranks that
+ * disagree all get DETCOLL_ERR_MISMATCH. *id receives the set's id (1, 2, ...). A set's requests
+ * must have completed before it is removed. Need the fusion engine (MPI_THREAD_MULTIPLE). */
+DETCOLL_API detcoll_status_t detcoll_process_set_add(const int* ranks, int nranks, int* id);
+DETCOLL_API detcoll_status_t detcoll_process_set_remove(int id);
+/* This rank's rank in the set, or -1 when it is not a member; the set's size; both -1 when no set
+ * has that id (0: the world). */
+DETCOLL_API int detcoll_process_set_rank(int id);
+DETCOLL_API int detcoll_process_set_size(int id);
+
+/* Horovod's join, for ranks that ran out of data before the others: blocks until every rank has
+ * joined. Meanwhile the fusion engine keeps answering the others' allreduces (of process set 0)
+ * with zeros from this rank, so that their averages still divide by the world size, as in
+ * Horovod; their broadcasts, allgathers, reduce-scatters and alltoalls fail on every rank that
+ * made them, naming the ranks that joined. *last_rank (may be NULL) receives the rank that joined
+ * last. */
+DETCOLL_API detcoll_status_t detcoll_join(int* last_rank);
 
 /* *done = 1 once the request has completed (successfully or not); the handle stays valid. */
 DETCOLL_API detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done);

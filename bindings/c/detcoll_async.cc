@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
+#include "collective/agreement.h"
 
 struct detcoll_request {
   detcoll::fusion::RequestPtr request;
@@ -30,17 +32,58 @@ bool unnamed(const char* name) {
   return name == nullptr || name[0] == '\0';
 }
 
-// A request's spec from the caller's raw values; what is wrong with them goes into localError,
-// so that the request still fails on every rank.
 // The most dimensions a request's shape may have.
 constexpr int kMaxDims = 64;
 
-// What a kind adds to the spec before it is checked (counts, a shape); an error text, or "".
-using SpecExtras = std::function<std::string(fusion::RequestSpec&)>;
+// Where a request runs: its process set, and this rank's rank in it and its size.
+struct Placement {
+  uint32_t set = 0;
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<const std::vector<int>> members;  // of a set other than 0
+};
 
+Placement world() {
+  Placement p;
+  p.rank = g_runtime->comm->rank();
+  p.size = g_runtime->comm->size();
+  return p;
+}
+
+// The placement in process set `id`, or why this rank cannot make a request there (it fails at
+// once, on this rank alone: the members do not wait for a rank that is not one).
+Status placementIn(int id, const char* call, Placement* placement) {
+  *placement = world();
+  if (id == 0) return Status::ok();
+  const auto members = id > 0 && g_runtime->engine
+                           ? g_runtime->engine->processSetMembers(static_cast<uint32_t>(id))
+                           : nullptr;
+  if (!members) {
+    return Status::invalidArgument(std::string(call) + ": process set " + std::to_string(id) +
+                                   " does not exist (detcoll_process_set_add makes sets)");
+  }
+  const auto at = std::find(members->begin(), members->end(), placement->rank);
+  if (at == members->end()) {
+    return Status::invalidArgument(std::string(call) + ": rank " + std::to_string(placement->rank) +
+                                   " is not a member of process set " + std::to_string(id) + " (" +
+                                   collective::describeRanks(*members) + ")");
+  }
+  placement->set = static_cast<uint32_t>(id);
+  placement->rank = static_cast<int>(at - members->begin());
+  placement->size = static_cast<int>(members->size());
+  placement->members = members;
+  return Status::ok();
+}
+
+// What a kind adds to the spec before it is checked (counts, a shape); an error text, or "".
+using SpecExtras = std::function<std::string(fusion::RequestSpec&, const Placement&)>;
+
+// A request's spec from the caller's raw values; what is wrong with them goes into localError,
+// so that the request still fails on every rank (of its process set).
 fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* recv, size_t count,
                              int dtype, int op, int root, const char* name,
-                             const SpecExtras& extras = nullptr) {
+                             const SpecExtras& extras = nullptr,
+                             const Placement& placement = world()) {
   fusion::RequestSpec spec;
   spec.name =
       unnamed(name) ? "detcoll.noname." + std::to_string(g_runtime->unnamed++) : std::string(name);
@@ -51,12 +94,26 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
   d.count = count;
   d.root = root;
   d.mode = currentMode();
-  const std::string extrasError = extras ? extras(spec) : std::string();
+  d.processSet = placement.set;
+  std::string extrasError = extras ? extras(spec, placement) : std::string();
+  if (placement.members && kind == fusion::RequestKind::kBroadcast) {
+    // The root is a rank of the world; the set runs with its rank in the set.
+    const auto& m = *placement.members;
+    const auto at = std::find(m.begin(), m.end(), root);
+    if (at == m.end()) {
+      if (extrasError.empty()) {
+        extrasError = "root " + std::to_string(root) + " is not a member of process set " +
+                      std::to_string(placement.set) + " (" + collective::describeRanks(m) + ")";
+      }
+    } else {
+      d.root = static_cast<int32_t>(at - m.begin());
+    }
+  }
   // The raw dtype and op through the one check of a call's arguments (a descriptor holds valid
   // values only), so the engine need not check again.
-  spec.localError = collective::checkCall(fusion::callArguments(spec, dtype, op),
-                                          g_runtime->comm->rank(), g_runtime->comm->size())
-                        .message();
+  spec.localError =
+      collective::checkCall(fusion::callArguments(spec, dtype, op), placement.rank, placement.size)
+          .message();
   spec.checked = true;
   if (!extrasError.empty()) spec.localError = extrasError;
   if (isValidDataType(dtype)) d.type = static_cast<DataType>(dtype);
@@ -121,8 +178,8 @@ detcoll_status_t enqueueOne(const char* call, fusion::RequestKind kind, const vo
 // What detcoll_enqueue's descriptor adds to a spec: a reduce-scatter's blocks, an alltoall's
 // counts, the shape.
 SpecExtras extrasOf(const detcoll_request_desc_t& r) {
-  return [&r](fusion::RequestSpec& spec) {
-    const size_t p = static_cast<size_t>(g_runtime->comm->size());
+  return [&r](fusion::RequestSpec& spec, const Placement& placement) {
+    const size_t p = static_cast<size_t>(placement.size);
     auto list = [&](const size_t* counts) {
       return counts == nullptr ? std::vector<uint64_t>()
                                : std::vector<uint64_t>(counts, counts + p);
@@ -230,13 +287,22 @@ detcoll_status_t detcoll_enqueue(const detcoll_request_desc_t* request, detcoll_
     return finish(Status::invalidArgument(std::string(call) + ": unknown request kind " +
                                           std::to_string(kind)));
   }
+  Placement placement;
+  if (!g_runtime) {
+    static_cast<void>(takeRejection());
+    return finish(notInitialized(call));
+  }
+  if (Status s = placementIn(r.process_set, call, &placement); !s.isOk()) {
+    static_cast<void>(takeRejection());
+    return finish(s);
+  }
   return enqueue(
       call, 1,
       [&](size_t) {
         // The C kinds are the engine's, one apart.
         return makeSpec(static_cast<fusion::RequestKind>(kind + 1), r.sendbuf, r.recvbuf, r.count,
                         static_cast<int>(r.dtype), static_cast<int>(r.op), r.root, r.name,
-                        extrasOf(r));
+                        extrasOf(r), placement);
       },
       unnamed(r.name), handle);
 }

@@ -1,16 +1,18 @@
 #pragma once
 
 // The process-wide state behind the C API, shared by its source files (detcoll_c.cc: init and
-// the blocking collectives; detcoll_async.cc: requests; detcoll_rng.cc: seeds and random fills;
-// detcoll_ops.cc: the deterministic ops). Not installed.
+// the blocking collectives; detcoll_async.cc: requests; detcoll_sets.cc: process sets and join;
+// detcoll_rng.cc: seeds and random fills; detcoll_ops.cc: the deterministic ops). Not installed.
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bindings/c/config.h"
 #include "bindings/c/detcoll.h"
@@ -29,6 +31,11 @@ struct Runtime {
   std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
   std::string noEngine;                    // why there is no engine
   std::atomic<uint64_t> unnamed{0};
+  // Process sets: the next id, and the members of each set (detcoll_sets.cc). Changed by the
+  // collective add and remove, under g_mutex; the engine keeps its own copy for the enqueuing
+  // threads.
+  uint32_t nextProcessSet = 1;
+  std::map<uint32_t, std::vector<int>> processSets;
   // The thread that called detcoll_init: the only one whose calls pair by order (blocking calls,
   // unnamed requests); see callingThreadMayPairByOrder.
   std::thread::id owner;

@@ -281,9 +281,10 @@ PYBIND11_MODULE(_detcoll, m) {
       "enqueue",
       [=](int kind, uintptr_t send, uintptr_t recv, size_t count, int dtype, int op, int root,
           const std::string& name, std::optional<std::vector<int64_t>> shape,
-          std::optional<std::vector<size_t>> counts,
-          std::optional<std::vector<size_t>> recvcounts) {
+          std::optional<std::vector<size_t>> counts, std::optional<std::vector<size_t>> recvcounts,
+          int processSet) {
         detcoll_request_desc_t r{};
+        r.process_set = processSet;
         r.kind = static_cast<detcoll_request_kind_t>(kind);
         r.sendbuf = ptr(send);
         r.recvbuf = ptr(recv);
@@ -298,7 +299,7 @@ PYBIND11_MODULE(_detcoll, m) {
         }
         // Lists of another length than the world's size are the library's to report; a short
         // one is padded so that it never reads past the end.
-        const size_t p = static_cast<size_t>(std::max(detcoll_size(), 0));
+        const size_t p = static_cast<size_t>(std::max(detcoll_process_set_size(processSet), 0));
         std::vector<size_t> c, rc;
         if (counts) {
           c = *counts;
@@ -323,7 +324,22 @@ PYBIND11_MODULE(_detcoll, m) {
       py::arg("kind"), py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"),
       py::arg("op") = static_cast<int>(DETCOLL_SUM), py::arg("root") = 0, py::arg("name") = "",
       py::arg("shape") = py::none(), py::arg("counts") = py::none(),
-      py::arg("recvcounts") = py::none());
+      py::arg("recvcounts") = py::none(), py::arg("process_set") = 0);
+  m.def("process_set_add", [](const std::vector<int>& ranks) {
+    int id = 0;
+    blocking(
+        [&] { return detcoll_process_set_add(ranks.data(), static_cast<int>(ranks.size()), &id); });
+    return id;
+  });
+  m.def("process_set_remove",
+        [](int id) { blocking([&] { return detcoll_process_set_remove(id); }); });
+  m.def("process_set_rank", [](int id) { return detcoll_process_set_rank(id); });
+  m.def("process_set_size", [](int id) { return detcoll_process_set_size(id); });
+  m.def("join", [] {
+    int last = -1;
+    blocking([&] { return detcoll_join(&last); });
+    return last;
+  });
   m.def("broadcast_async",
         [=](uintptr_t buf, size_t count, int dtype, int root, const std::string& name) {
           detcoll_handle_t h = nullptr;
