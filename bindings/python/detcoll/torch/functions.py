@@ -244,18 +244,25 @@ def _linear(indices, shape):
     return linear
 
 
+def _unravel(linear, shape, sparse_dim):
+    """COO indices [sparse_dim, n] of row-major linear positions (the inverse of _linear)."""
+    indices = torch.empty((sparse_dim, linear.numel()), dtype=torch.int64)
+    for d in reversed(range(sparse_dim)):
+        indices[d] = linear % shape[d]
+        linear = linear // shape[d]
+    return indices
+
+
 def _local_sum(tensor):
-    """(indices [sparse_dim, n], values) with each index once, sorted, its values summed in the
-    order they appear (as to_dense() sums them; torch's coalesce() may sum in another order)."""
-    sparse_dim = tensor.sparse_dim()
+    """(indices [sparse_dim, n] with each index once, sorted; values) with the values of an
+    index summed in the order they appear (as to_dense() sums them; torch's coalesce() may sum
+    them in another order)."""
     indices, values = tensor._indices(), tensor._values()
     unique, inverse = torch.unique(_linear(indices, tensor.shape), sorted=True,
                                    return_inverse=True)
-    first = torch.full((unique.numel(),), indices.shape[1], dtype=torch.int64)
-    first.scatter_reduce_(0, inverse, torch.arange(indices.shape[1]), reduce="amin")
     summed = torch.zeros((unique.numel(),) + tuple(values.shape[1:]), dtype=values.dtype)
-    summed.index_add_(0, inverse, values)
-    return indices[:, first].reshape(sparse_dim, -1), summed
+    summed.index_add_(0, inverse, values)  # sequential in the order of the entries
+    return _unravel(unique, tensor.shape, tensor.sparse_dim()), summed
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=None):
@@ -303,8 +310,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
         all_indices = torch.cat([i for i, _ in ranks]).t()
         unique, inverse = torch.unique(_linear(all_indices, tensor.shape), sorted=True,
                                        return_inverse=True)
-        out_indices = torch.zeros((all_indices.shape[0], unique.numel()), dtype=torch.int64)
-        out_indices[:, inverse] = all_indices
+        out_indices = _unravel(unique, tensor.shape, tensor.sparse_dim())
         out_values = torch.zeros((unique.numel(),) + rest, dtype=values.dtype)
         at = 0
         for r in range(size):  # rank order; a rank's indices are distinct (summed locally)
