@@ -151,7 +151,7 @@ def test_gradient_predivide_factor_scales_before_and_after():
         every = hvd.allgather(g.reshape(1, -1).contiguous(), name=f"predivide.{i}")
         expected = fold([row * 0.25 for row in every]) * (4.0 / hvd.size())
         assert torch.equal(bits(p.detach()), bits(b.add(expected.view_as(b), alpha=-1.0)))
-    with pytest.raises(detcoll.InvalidArgumentError, match="op=Average only"):
+    with pytest.raises(detcoll.InvalidArgumentError, match="not supported with op != Average"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), op=hvd.Sum,
                                  gradient_predivide_factor=2.0)
 
@@ -222,7 +222,7 @@ def test_optimizer_refuses_extra_passes_and_zero_grad_in_flight():
     with pytest.raises(detcoll.InvalidArgumentError, match="zero_grad"):
         optimizer.zero_grad()
     reducing = [p.grad for p in model.parameters()]
-    with pytest.raises(detcoll.InvalidArgumentError, match="more than backward_passes_per_step=1"):
+    with pytest.raises(detcoll.InvalidArgumentError, match="more than backward_passes_per_step times"):
         model(x).sum().backward()  # refused before it adds to a gradient under reduction
     assert all(p.grad is g for p, g in zip(model.parameters(), reducing))
     optimizer.step()  # the first pass's reduction completes; the state is clean again

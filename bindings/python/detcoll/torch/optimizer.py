@@ -8,9 +8,16 @@ accumulation never mixes leaves; step() reduces every leaf of every rank exactly
 micro-batches per step spread over P ranks (backward_passes_per_step = V / P), the summed
 gradient is then the same for every P that divides V. op=Average keeps Horovod's meaning: the
 sum divided by the world size.
+
+Sparse gradients (an Embedding with sparse=True): with sparse_as_dense they are reduced as dense
+tensors; otherwise through sparse_allreduce_async (allgathers of indices and values, summed in
+rank order). Either way the gradient is sparse again afterwards, as in Horovod, and its dense
+value is the same. In invariant mode a sparse pass is a dense leaf.
 """
 
+import collections
 import contextlib
+import warnings
 
 import torch
 
@@ -18,9 +25,72 @@ import detcoll
 from detcoll import _detcoll
 
 
+class DistributedOptimizerError(detcoll.InvalidArgumentError, AssertionError):
+    """A misuse Horovod reports with AssertionError (zero_grad() while gradients are being
+    reduced, more backward passes than backward_passes_per_step); also an InvalidArgumentError,
+    as detcoll's other refusals are."""
+
+
+_ZERO_GRAD_IN_FLIGHT = (
+    "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
+    "optimizer.synchronize(). This is prohibited as it can cause a race condition.")
+_TOO_MANY_PASSES = (
+    "Gradients were computed more than backward_passes_per_step times before call to step(). "
+    "Increase backward_passes_per_step to accumulate gradients locally.")
+_STEP_AFTER_SYNCHRONIZE = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after "
+    "optimizer.synchronize(). This can cause training slowdown. You may want to consider using "
+    "optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code.")
+
+
+def _parameter_names(param_groups, named_parameters):
+    """id(parameter) -> the name its gradient is reduced under, checked as Horovod checks it."""
+    if named_parameters is not None:
+        named = list(named_parameters)
+    else:
+        named = [(f"allreduce.noname.{i}.{j}", v) for i, group in enumerate(param_groups)
+                 for j, v in enumerate(group["params"])]
+    if any(not isinstance(p, tuple) for p in named):
+        raise detcoll.InvalidArgumentError(
+            "named_parameters should be a sequence of tuples (name, parameter), usually "
+            "produced by model.named_parameters().")
+    counts = collections.Counter(name for name, _ in named)
+    dups = [name for name in counts if counts[name] > 1]
+    if dups:
+        raise detcoll.InvalidArgumentError(
+            "Parameter names in named_parameters must be unique. Found duplicates: %s"
+            % ", ".join(str(d) for d in dups))
+    named_ids = {id(v) for _, v in named}
+    unnamed = [id(v) for group in param_groups for v in group["params"] if id(v) not in named_ids]
+    if unnamed:
+        raise detcoll.InvalidArgumentError(
+            "named_parameters was specified, but one or more model parameters were not named. "
+            "Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+    # A parameter given under several names takes the last in sorted order, as in Horovod.
+    return {id(v): k for k, v in sorted(named, key=lambda item: item[0])}
+
+
+def _check_groups(groups):
+    """Horovod's checks of `groups`. detcoll's engine fuses by itself and the bits of ordered
+    mode do not depend on fusion, so groups change nothing else."""
+    if isinstance(groups, list):
+        seen = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise detcoll.InvalidArgumentError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise detcoll.InvalidArgumentError(
+                        "A parameter can only appear once in groups.")
+                seen.add(id(p))
+    elif isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+        raise detcoll.InvalidArgumentError(
+            "groups should be a non-negative integer or a list of list of torch.Tensor.")
+
+
 class _DistributedOptimizer:
     def _detcoll_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                       predivide):
+                       predivide, sparse_as_dense):
         import detcoll.torch as hvd
 
         self._hvd = hvd
@@ -28,23 +98,12 @@ class _DistributedOptimizer:
             raise detcoll.InvalidArgumentError("backward_passes_per_step must be at least 1")
         if op not in (hvd.Sum, hvd.Average):
             raise detcoll.InvalidArgumentError("DistributedOptimizer reduces with Sum or Average")
-        params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named = list(named_parameters)
-            names = {id(p): n for n, p in named}
-            if len(names) != len(named) or len(set(names.values())) != len(named):
-                raise detcoll.InvalidArgumentError(
-                    "named_parameters has duplicate parameters or names")
-            missing = [i for i, p in enumerate(params) if id(p) not in names]
-            if missing:
-                raise detcoll.InvalidArgumentError(
-                    f"named_parameters does not name {len(missing)} parameter(s) of the optimizer")
-        else:
-            names = {id(p): f"param.{i}" for i, p in enumerate(params)}
-        self._params = [p for p in params if p.requires_grad]
-        self._names = names
+        self._names = _parameter_names(self.param_groups, named_parameters)
+        self._params = [p for group in self.param_groups for p in group["params"]
+                        if p.requires_grad]
         self._passes = backward_passes_per_step
-        self._op = op
+        self._op = self._requested_op = op
+        self._sparse_as_dense = bool(sparse_as_dense)
         # Horovod's gradient_predivide_factor f: Average becomes a Sum of gradients scaled by
         # 1/f before and f/size after.
         self._prescale, self._postscale = 1.0, 1.0
@@ -56,8 +115,10 @@ class _DistributedOptimizer:
         self._handles = {}
         self._delay = {id(p): backward_passes_per_step for p in self._params}
         self._leaves = {id(p): [] for p in self._params}
+        self._sparse_dims = {}  # invariant mode: sparse_dim of a parameter's sparse gradients
         self._contexts = {}  # decompression context per parameter
         self._synchronized = False
+        self._should_synchronize = True
         self._hooks = []
         for p in self._params:
             if self._mode == "invariant":
@@ -74,7 +135,11 @@ class _DistributedOptimizer:
     def _leaf_hook(self, p):
         def hook(grad):
             self._synchronized = False  # a new pass: the next step reduces again
-            leaf = grad.detach().clone()
+            if grad.is_sparse:
+                self._sparse_dims[id(p)] = grad.sparse_dim()
+                leaf = grad.to_dense()
+            else:
+                leaf = grad.detach().clone()
             if self._prescale != 1.0:
                 leaf.mul_(self._prescale)
             leaf, self._contexts[id(p)] = self._compression.compress(leaf)
@@ -86,10 +151,7 @@ class _DistributedOptimizer:
     def _pass_check(self, p):
         def hook(grad):
             if self._delay[id(p)] == 0:
-                raise detcoll.InvalidArgumentError(
-                    f"the gradient of {self._names[id(p)]} was computed more than "
-                    f"backward_passes_per_step={self._passes} times before step() or "
-                    "synchronize(); raise backward_passes_per_step to accumulate more passes")
+                raise DistributedOptimizerError(_TOO_MANY_PASSES)
             return grad
         return hook
 
@@ -108,14 +170,19 @@ class _DistributedOptimizer:
 
     def zero_grad(self, *args, **kwargs):
         if self._pending():
-            raise detcoll.InvalidArgumentError(
-                "optimizer.zero_grad() was called after loss.backward() but before "
-                "optimizer.step() or optimizer.synchronize(): the gradients of that pass are "
-                "already being reduced. Call zero_grad() before backward, or after step()")
+            raise DistributedOptimizerError(_ZERO_GRAD_IN_FLIGHT)
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def _reduce_async(self, p):
-        compressed, ctx = self._compression.compress(p.grad)
+        grad = p.grad
+        if grad.is_sparse:
+            if not self._sparse_as_dense:
+                from detcoll.torch.functions import sparse_allreduce_async
+                self._handles[id(p)] = (sparse_allreduce_async(
+                    grad, name=self._names[id(p)], op=self._requested_op), None, None)
+                return
+            grad = grad.to_dense()
+        compressed, ctx = self._compression.compress(grad)
         compressed = compressed.contiguous()  # e.g. a channels_last gradient: reduce a copy
         handle = self._hvd.allreduce_async_(compressed, name=self._names[id(p)], op=self._op,
                                             prescale_factor=self._prescale,
@@ -134,13 +201,19 @@ class _DistributedOptimizer:
             for p in self._params:
                 if id(p) not in self._handles:
                     if p.grad is None:
+                        # Another rank may have a gradient for it (a branch only it took).
                         p.grad = torch.zeros_like(p)
                     self._reduce_async(p)
             for p in self._params:
                 handle, compressed, ctx = self._handles[id(p)]
-                reduced = self._hvd.synchronize(handle)
-                if compressed is not p.grad:
-                    p.grad.copy_(self._compression.decompress(reduced, ctx))
+                if callable(handle):  # sparse_allreduce_async's result
+                    p.grad = handle()
+                    continue
+                reduced = self._compression.decompress(self._hvd.synchronize(handle), ctx)
+                if p.grad.is_sparse:  # sparse_as_dense: sparse again, as in Horovod
+                    p.grad = reduced.to_sparse(p.grad.sparse_dim())
+                elif compressed is not p.grad:
+                    p.grad.copy_(reduced)
             self._handles.clear()
             for p in self._params:
                 self._delay[id(p)] = self._passes
@@ -178,57 +251,83 @@ class _DistributedOptimizer:
             at = 0
             for p in params:
                 n = p.numel()
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                p.grad.copy_(self._compression.decompress(out[at:at + n].view_as(p),
-                                                          self._contexts[id(p)]))
+                reduced = self._compression.decompress(out[at:at + n].view_as(p),
+                                                       self._contexts[id(p)])
+                if id(p) in self._sparse_dims:
+                    p.grad = reduced.to_sparse(self._sparse_dims[id(p)])
+                elif p.grad is None or p.grad.is_sparse:
+                    p.grad = reduced.clone()
+                else:
+                    p.grad.copy_(reduced)
                 at += n
         for p in self._params:
             self._leaves[id(p)] = []
 
     @contextlib.contextmanager
     def skip_synchronize(self):
-        """For a step after an explicit synchronize()."""
-        self._skip = True
+        """For a step() after an explicit synchronize(): the step uses the gradients reduced
+        there, without the warning."""
+        self._should_synchronize = False
         try:
             yield
         finally:
-            self._skip = False
+            self._should_synchronize = True
 
     def step(self, closure=None):
-        if not getattr(self, "_skip", False) and not self._synchronized:
-            self.synchronize()
+        if self._should_synchronize:
+            if self._synchronized:
+                # Horovod reduces again here; the gradients already are every rank's, so detcoll
+                # keeps them (a second Average would only round them again).
+                warnings.warn(_STEP_AFTER_SYNCHRONIZE)
+            else:
+                self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
+
+    def load_state_dict(self, *args, **kwargs):
+        """As in Horovod, forgets the reductions in flight and the passes counted."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._params:
+            self._delay[id(p)] = self._passes
+            self._leaves[id(p)] = []
+        return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
-    """Wraps a torch optimizer so that step() uses the gradients reduced over every rank."""
+    """Wraps a torch optimizer so that step() uses the gradients reduced over every rank.
+    Defaults as in Horovod: compression=Compression.none, op=Average."""
     import detcoll.torch as hvd
 
     hvd._require_init("DistributedOptimizer")
-    # num_groups and groups only steer Horovod's fusion, which detcoll's engine does by itself;
-    # sparse_as_dense: detcoll reduces dense gradients only.
-    if process_set is not None:
+    if process_set is not None and process_set is not getattr(hvd, "global_process_set", None):
         raise detcoll.InvalidArgumentError(
             "DistributedOptimizer: process sets are not supported; every rank takes part")
     if op is None:
         op = hvd.Average
     if compression is None:
         compression = hvd.Compression.none
-    if op != hvd.Average and gradient_predivide_factor != 1.0:
+    if gradient_predivide_factor != 1.0 and op != hvd.Average:
         raise detcoll.InvalidArgumentError(
-            "gradient_predivide_factor applies to op=Average only (as in Horovod)")
+            "gradient_predivide_factor not supported with op != Average")
     if not gradient_predivide_factor > 0.0:
         raise detcoll.InvalidArgumentError(
             f"gradient_predivide_factor must be positive, got {gradient_predivide_factor}")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed "
+                      "in v0.23.0.", DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is not None:
+        _check_groups(groups)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._detcoll_setup(named_parameters, compression, backward_passes_per_step, op,
-                           float(gradient_predivide_factor))
+                           float(gradient_predivide_factor), sparse_as_dense)
     return wrapped
