@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -50,6 +51,21 @@ Descriptor other(RequestKind kind, uint64_t count, int32_t root = 0) {
 Descriptor grouped(Descriptor d, uint64_t key, uint32_t size) {
   d.groupKey = key;
   d.groupSize = size;
+  return d;
+}
+
+Descriptor shaped(Descriptor d, const std::vector<int64_t>& shape) {
+  d.ndim = static_cast<int32_t>(shape.size());
+  d.shape = shape;
+  return d;
+}
+
+// A reduce-scatter of float32 over blocks (count: their sum).
+Descriptor reduceScatter(const std::vector<uint64_t>& blocks, Mode mode = Mode::kOrdered) {
+  Descriptor d = allreduce(0, DataType::kFloat32, ReduceOp::kSum, mode);
+  d.kind = RequestKind::kReducescatter;
+  d.blocks = blocks;
+  for (uint64_t b : blocks) d.count += b;
   return d;
 }
 
@@ -107,6 +123,9 @@ RankMessage sampleRankMessage() {
   m.announced.push_back({"layer.0", grouped(big, 0xdeadbeefcafef00dull, 3), ""});
   m.announced.push_back({std::string("with\0nul", 8), other(RequestKind::kBroadcast, 8, 2), ""});
   m.announced.push_back({"bad", other(RequestKind::kAllgather, 5), "sendbuf is null"});
+  m.announced.push_back({"rs", shaped(reduceScatter({4, 0, 8}, Mode::kInvariant), {3, 4}), ""});
+  m.announced.push_back({"a2a", shaped(other(RequestKind::kAlltoall, 0), {5}), ""});
+  m.announced.push_back({"scalar", shaped(allreduce(1), {}), ""});
   return m;
 }
 
@@ -119,6 +138,7 @@ Response sampleResponse() {
   for (uint32_t id : {0u, 65u, 129u}) r.cachedReady.set(id);
   r.ready.push_back({"w", allreduce(7, DataType::kBFloat16, ReduceOp::kAverage, Mode::kNative)});
   r.ready.push_back({"b", other(RequestKind::kBroadcast, 3, 1)});
+  r.ready.push_back({"rs", shaped(reduceScatter({2, 2}), {2, 2})});
   // Every failure code (an error entry with success is malformed).
   for (int c = static_cast<int>(StatusCode::kInvalidArgument);
        c <= static_cast<int>(StatusCode::kInternal); ++c) {
@@ -250,7 +270,7 @@ TEST(FusionNegotiationTest, OutOfRangeEnumsAreMalformed) {
   const size_t kKind = 20;  // after magic, shutdown, word count, count, name length, name
   for (const auto& [offset, value] :
        std::vector<std::pair<size_t, Bytes>>{{kKind, {0}},
-                                             {kKind, {4}},
+                                             {kKind, {6}},
                                              {kKind + 1, {6, 0, 0, 0}},
                                              {kKind + 5, {4, 0, 0, 0}},
                                              {kKind + 9, {3, 0, 0, 0}}}) {
@@ -262,6 +282,98 @@ TEST(FusionNegotiationTest, OutOfRangeEnumsAreMalformed) {
   const size_t kCode = 4 + 1 + 1 + 8 + 4 + 4 + 4 + 4 + 4 + 1;
   ASSERT_EQ(withError[kCode], static_cast<uint8_t>(StatusCode::kMismatch));
   EXPECT_FALSE(decodes<Response>(patched(withError, kCode, {7})));
+}
+
+// The offset of the first occurrence of `pattern` in bytes (the test fails where there is none).
+size_t find(const Bytes& bytes, const Bytes& pattern) {
+  const auto at = std::search(bytes.begin(), bytes.end(), pattern.begin(), pattern.end());
+  EXPECT_NE(at, bytes.end());
+  return static_cast<size_t>(at - bytes.begin());
+}
+
+Bytes littleEndian(uint64_t v, size_t n) {
+  Bytes out;
+  for (size_t i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  return out;
+}
+
+// Shapes and blocks travel with the descriptor and come back whole; no shape (ndim -1) and a
+// scalar's empty shape (ndim 0) stay distinct.
+TEST(FusionNegotiationTest, ShapesAndBlocksRoundTrip) {
+  const Descriptor cases[] = {
+      shaped(allreduce(6), {2, 3}),
+      shaped(allreduce(1), {}),
+      allreduce(1),
+      shaped(reduceScatter({1, 0, 5, 7}), {13}),
+      reduceScatter({3, 3}),
+      shaped(other(RequestKind::kAlltoall, 0), {4, -1, int64_t{1} << 40}),
+      shaped(other(RequestKind::kAllgather, 9), {3, 3}),
+  };
+  for (const Descriptor& d : cases) {
+    SCOPED_TRACE(fusion::describe(d));
+    RankMessage decoded;
+    ASSERT_TRUE(decodeBytes(fusion::encode(announce({"t"}, d)), &decoded).isOk());
+    ASSERT_EQ(decoded.announced.size(), 1u);
+    EXPECT_EQ(decoded.announced[0].descriptor, d);
+    EXPECT_EQ(decoded.announced[0].descriptor.ndim, d.ndim);
+    EXPECT_EQ(decoded.announced[0].descriptor.shape, d.shape);
+    EXPECT_EQ(decoded.announced[0].descriptor.blocks, d.blocks);
+  }
+  EXPECT_NE(shaped(allreduce(1), {}), allreduce(1));
+  EXPECT_NE(shaped(allreduce(6), {2, 3}), shaped(allreduce(6), {3, 2}));
+  EXPECT_NE(reduceScatter({1, 2}), reduceScatter({2, 1}));
+}
+
+// ndim must be the length of the shape list (or -1 with none); list lengths beyond the bytes
+// that follow are refused, not allocated.
+TEST(FusionNegotiationTest, ShapeAndBlockListsThatDisagreeOrOverrunAreMalformed) {
+  const Descriptor d = shaped(reduceScatter({5, 6}), {11, 1});
+  const Bytes good = fusion::encode(announce({"t"}, d));
+  ASSERT_TRUE(decodes<RankMessage>(good));
+  // ndim 2, 2 extents, 11 and 1, 2 blocks.
+  Bytes tail = littleEndian(2, 4);
+  for (const Bytes& part :
+       {littleEndian(2, 4), littleEndian(11, 8), littleEndian(1, 8), littleEndian(2, 4)}) {
+    tail.insert(tail.end(), part.begin(), part.end());
+  }
+  const size_t ndim = find(good, tail);
+  const size_t shapeLength = ndim + 4, blocksLength = ndim + 4 + 4 + 16;
+  for (uint32_t wrong : {0u, 1u, 3u, 64u, 0xffffffffu /* -1: no shape, yet two extents */}) {
+    EXPECT_FALSE(decodes<RankMessage>(patched(good, ndim, littleEndian(wrong, 4)))) << wrong;
+  }
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, shapeLength, littleEndian(3, 4))));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, shapeLength, littleEndian(0xffffffff, 4))));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, blocksLength, littleEndian(3, 4))));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, blocksLength, littleEndian(0x10000000, 4))));
+  // A shorter list leaves bytes that the next field misreads, or left over.
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, blocksLength, littleEndian(1, 4))));
+  // Cut anywhere inside the lists.
+  for (size_t n = ndim; n < good.size(); ++n) {
+    EXPECT_FALSE(decodes<RankMessage>(Bytes(good.begin(), good.begin() + n))) << n;
+  }
+  // The request kinds up to alltoall decode, the next one does not (after magic, shutdown, word
+  // count, count, name length, name).
+  const size_t kKind = 18;
+  EXPECT_TRUE(decodes<RankMessage>(patched(good, kKind, {5})));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, kKind, {6})));
+}
+
+TEST(FusionNegotiationTest, DescribeNamesTheShapeAndTheBlocks) {
+  EXPECT_EQ(fusion::describe(shaped(allreduce(6), {2, 3})),
+            "allreduce float32[6] shape (2, 3) sum ordered");
+  EXPECT_EQ(fusion::describe(shaped(allreduce(4), {4})),
+            "allreduce float32[4] shape (4,) sum ordered");
+  EXPECT_EQ(fusion::describe(shaped(allreduce(1), {})),
+            "allreduce float32[1] shape () sum ordered");
+  EXPECT_EQ(fusion::describe(allreduce(6)), "allreduce float32[6] sum ordered");
+  EXPECT_EQ(fusion::describe(shaped(reduceScatter({2, 4}, Mode::kInvariant), {2, 3})),
+            "reducescatter float32[6] shape (2, 3) in blocks of 2, 4 sum invariant");
+  EXPECT_EQ(fusion::describe(reduceScatter({0, 5, 1})),
+            "reducescatter float32[6] in blocks of 0, 5, 1 sum ordered");
+  EXPECT_EQ(fusion::describe(shaped(other(RequestKind::kAlltoall, 0), {3, 2})),
+            "alltoall float32 rows of shape (3, 2)");
+  EXPECT_EQ(fusion::describe(shaped(other(RequestKind::kAllgather, 6), {3})),
+            "allgather float32[6] rows of shape (3,)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,6 +512,45 @@ TEST(FusionCoordinatorTest, MismatchNamesTheTensorAndEveryRank) {
   expectHas(r.errors[0].status.message(), "rank 0 has " + fusion::describe(count) +
                                               "; rank 1 has " + fusion::describe(base) +
                                               "; rank 2 has " + fusion::describe(dtype));
+}
+
+// Equal counts, different shapes (or a shape against none): a mismatch naming both shapes.
+TEST(FusionCoordinatorTest, MismatchNamesBothShapes) {
+  const Descriptor a = shaped(allreduce(6), {2, 3}), b = shaped(allreduce(6), {3, 2});
+  const Descriptor flat = shaped(allreduce(6), {6}), none = allreduce(6);
+  const Descriptor rsA = shaped(reduceScatter({3, 3}), {2, 3});
+  const Descriptor rsB = shaped(reduceScatter({3, 3}), {6, 1});
+  const Descriptor rsBlocks = shaped(reduceScatter({2, 4}), {2, 3});
+  const std::pair<Descriptor, Descriptor> cases[] = {
+      {a, b}, {a, flat}, {a, none}, {rsA, rsB}, {rsA, rsBlocks}};
+  for (const auto& [agreed, odd] : cases) {
+    SCOPED_TRACE(fusion::describe(odd));
+    ASSERT_EQ(agreed.count, odd.count);
+    Coordinator c(3, quiet());
+    std::vector<RankMessage> m = all(3, announce({"t"}, agreed));
+    m[1] = announce({"t"}, odd);
+    const Response r = c.process(m, at(0));
+    ASSERT_EQ(summary(r), "error t MISMATCH");
+    const std::string& text = r.errors[0].status.message();
+    expectHas(text, "'t'");
+    expectHas(text, "ranks 0 and 2 have " + fusion::describe(agreed) + "; rank 1 has " +
+                        fusion::describe(odd));
+    expectHas(text, "shape (2, 3)");
+    if (odd.ndim >= 0) {
+      std::string shape = "shape (";
+      for (size_t i = 0; i < odd.shape.size(); ++i) {
+        shape += (i ? ", " : "") + std::to_string(odd.shape[i]);
+      }
+      expectHas(text, shape);
+    }
+  }
+  // Agreeing shapes are ready, by id the next time.
+  Coordinator c(2, quiet());
+  EXPECT_EQ(summary(c.process(all(2, announce({"t"}, a)), at(0))), "ready t");
+  EXPECT_EQ(summary(c.process(all(2, cachedBits({0})), at(1))), "cached 0");
+  // The same name with another shape is announced in full and fails if the ranks disagree.
+  const Response r = c.process({announce({"t"}, a), announce({"t"}, b)}, at(2));
+  EXPECT_EQ(summary(r), "error t MISMATCH");
 }
 
 TEST(FusionCoordinatorTest, LocalErrorFailsTheNameEverywhere) {
