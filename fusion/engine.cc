@@ -129,63 +129,6 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
   return Status::ok();
 }
 
-Status Engine::addProcessSet(uint32_t id, std::vector<int> members,
-                             std::unique_ptr<Communicator> comm) {
-  if (id == 0) return Status::invalidArgument("process set 0 is every rank; it is not added");
-  auto set = std::make_shared<ProcessSet>();
-  set->members = std::make_shared<const std::vector<int>>(std::move(members));
-  set->comm = std::move(comm);
-  std::lock_guard<std::mutex> lock(setsMutex_);
-  if (!sets_.emplace(id, std::move(set)).second) {
-    return Status::invalidArgument("process set " + std::to_string(id) + " exists already");
-  }
-  return Status::ok();
-}
-
-void Engine::attachCommunicator(uint32_t id, std::unique_ptr<Communicator> comm) {
-  std::lock_guard<std::mutex> lock(setsMutex_);
-  const auto it = sets_.find(id);
-  if (it != sets_.end()) it->second->comm = std::move(comm);
-}
-
-void Engine::removeProcessSet(uint32_t id) {
-  std::lock_guard<std::mutex> lock(setsMutex_);
-  sets_.erase(id);
-}
-
-std::shared_ptr<const std::vector<int>> Engine::processSetMembers(uint32_t id) {
-  std::lock_guard<std::mutex> lock(setsMutex_);
-  const auto it = sets_.find(id);
-  return it == sets_.end() ? nullptr : it->second->members;
-}
-
-Communicator* Engine::communicatorOf(uint32_t id) {
-  if (id == 0) return &comm_;
-  std::lock_guard<std::mutex> lock(setsMutex_);
-  const auto it = sets_.find(id);
-  return it == sets_.end() ? nullptr : it->second->comm.get();
-}
-
-bool Engine::stand(const std::string& name, const Descriptor& d, std::vector<RequestPtr>* ready) {
-  if (d.processSet != 0) {
-    const auto members = processSetMembers(d.processSet);
-    if (!members) return false;
-    // Another set's request: its members run it, this rank has nothing to do.
-    return std::find(members->begin(), members->end(), comm_.rank()) == members->end();
-  }
-  if (!joined_.load() || d.kind != RequestKind::kAllreduce) return false;
-  // Joined: this rank's part of the others' allreduce is zeros (docs/design.md, "Join").
-  RequestSpec spec;
-  spec.name = name;
-  spec.descriptor = d;
-  spec.owned = std::make_shared<std::vector<char>>(d.bytes(), 0);
-  spec.send = spec.owned->data();
-  spec.recv = spec.owned->data();
-  spec.checked = true;
-  ready->push_back(std::make_shared<Request>(std::move(spec), nullptr));
-  return true;
-}
-
 void Engine::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
