@@ -198,7 +198,7 @@ void Engine::run() {
   const auto cycle = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(options_.cycleTimeMs));
   Clock::time_point next = Clock::now();
-  bool idle = true;  // nothing in flight here, nothing ready or partly announced last cycle
+  bool idle = true;  // nothing in flight here, nothing partly announced last cycle
   const auto gather = std::min<Clock::duration>(cycle / 10, std::chrono::microseconds(100));
   for (;;) {
     std::vector<RequestPtr> fresh;
@@ -318,7 +318,9 @@ void Engine::run() {
         timeline_.phase(request->name(), "NEGOTIATE", request->enqueued(), now);
       }
     }
-    idle = pending_.empty() && ready.empty() && response.errors.empty() && !response.partial;
+    // Idle once nothing is in flight here after this cycle's batches: the next request starts a
+    // burst of its own (a blocking call after a blocking call) and need not wait for the timer.
+    idle = pending_.empty() && response.errors.empty() && !response.partial;
     execute(ready, static_cast<size_t>(response.fusionThresholdBytes));
   }
 }

@@ -257,8 +257,8 @@ TEST(FusionNegotiationTest, GarbledFieldsAreMalformed) {
 
 // A count far beyond the bytes that follow is refused, not allocated.
 TEST(FusionNegotiationTest, HugeCountsAreMalformed) {
-  // After magic, shutdown, partial, threshold, reason, words.
-  const size_t kCount = 9, kReadyCount = 4 + 1 + 1 + 8 + 4 + 4;
+  // After magic, shutdown, partial, threshold, last joined, reason, words.
+  const size_t kCount = 9, kReadyCount = 4 + 1 + 1 + 8 + 4 + 4 + 4;
   const Bytes huge = {0xff, 0xff, 0xff, 0xff};
   EXPECT_FALSE(decodes<RankMessage>(patched(fusion::encode(announce({"abc"})), kCount, huge)));
   EXPECT_FALSE(decodes<Response>(patched(fusion::encode(Response()), kReadyCount, huge)));
@@ -270,7 +270,7 @@ TEST(FusionNegotiationTest, OutOfRangeEnumsAreMalformed) {
   const size_t kKind = 20;  // after magic, shutdown, word count, count, name length, name
   for (const auto& [offset, value] :
        std::vector<std::pair<size_t, Bytes>>{{kKind, {0}},
-                                             {kKind, {6}},
+                                             {kKind, {7}},
                                              {kKind + 1, {6, 0, 0, 0}},
                                              {kKind + 5, {4, 0, 0, 0}},
                                              {kKind + 9, {3, 0, 0, 0}}}) {
@@ -279,7 +279,7 @@ TEST(FusionNegotiationTest, OutOfRangeEnumsAreMalformed) {
   Response r;
   r.errors.push_back({"x", Status::mismatch("m")});
   const Bytes withError = fusion::encode(r);
-  const size_t kCode = 4 + 1 + 1 + 8 + 4 + 4 + 4 + 4 + 4 + 1;
+  const size_t kCode = 4 + 1 + 1 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 1;
   ASSERT_EQ(withError[kCode], static_cast<uint8_t>(StatusCode::kMismatch));
   EXPECT_FALSE(decodes<Response>(patched(withError, kCode, {7})));
 }
@@ -351,11 +351,11 @@ TEST(FusionNegotiationTest, ShapeAndBlockListsThatDisagreeOrOverrunAreMalformed)
   for (size_t n = ndim; n < good.size(); ++n) {
     EXPECT_FALSE(decodes<RankMessage>(Bytes(good.begin(), good.begin() + n))) << n;
   }
-  // The request kinds up to alltoall decode, the next one does not (after magic, shutdown, word
+  // The request kinds up to join decode, the next one does not (after magic, shutdown, word
   // count, count, name length, name).
   const size_t kKind = 18;
-  EXPECT_TRUE(decodes<RankMessage>(patched(good, kKind, {5})));
-  EXPECT_FALSE(decodes<RankMessage>(patched(good, kKind, {6})));
+  EXPECT_TRUE(decodes<RankMessage>(patched(good, kKind, {6})));
+  EXPECT_FALSE(decodes<RankMessage>(patched(good, kKind, {7})));
 }
 
 TEST(FusionNegotiationTest, DescribeNamesTheShapeAndTheBlocks) {
