@@ -350,15 +350,15 @@ def _allreduce_steps(tensors, outs, names, op, prescale, postscale):
                 acc.mul_(g[k])  # ((x0 * x1) * x2) ..., in the dtype
             out.copy_(_scale(acc, postscale))
         return tuple(outs)
-    integer_average = op == Average and not tensors[0].is_floating_point()
-    c_op = Sum if integer_average else op
     requests = []
     for s, out, n in zip(scaled, outs, names):
+        integer_average = op == Average and not s.is_floating_point()
         requests.append(_enqueue(_detcoll.REQUEST_ALLREDUCE, s, out, s.numel(), DTYPES[s.dtype],
-                                 n, op=c_op, shape=_shape(s), keep=(s, out)))
+                                 n, op=Sum if integer_average else op, shape=_shape(s),
+                                 keep=(s, out)))
     yield requests
     for out in outs:
-        if integer_average:
+        if op == Average and not out.is_floating_point():
             out.copy_(_scale(out, float(postscale) / size))
         elif postscale != 1.0:
             out.copy_(_scale(out, postscale))
@@ -376,11 +376,8 @@ def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postsc
         checked_op = _op(average, op, call)
         if not tensors:
             raise detcoll.InvalidArgumentError(f"{call}: no tensors")
-        dtypes = {_reduce_dtype(t, call, checked_op) for t in tensors}
-        if len(dtypes) != 1:
-            raise detcoll.InvalidArgumentError(
-                f"{call}: the tensors of a group share one dtype, got "
-                f"{sorted(str(t.dtype) for t in tensors)}")
+        for t in tensors:
+            _reduce_dtype(t, call, checked_op)
         return checked_op
 
     checked_op = _checked(call, checks, names)
