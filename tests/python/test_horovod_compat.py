@@ -398,8 +398,8 @@ def test_a_dropped_handle_does_not_block_and_still_takes_part():
     data = [torch.arange(size, dtype=torch.float64) + 10 * r for r in range(size)]
     rows = [torch.full((r + 1, 2), float(r)) for r in range(size)]
     if rank == 0:
-        handle = hvd.alltoall_async(data[rank], splits=[1] * size, name="drop.a2a")
-        dropped = hvd.allgather_async(rows[rank], name="drop.ag")
+        handle = hvd.alltoall_async(data[rank], splits=[1] * size, name="drop.a2a")  # noqa: F841
+        dropped = hvd.allgather_async(rows[rank], name="drop.ag")  # noqa: F841
         del handle, dropped
         hvd.barrier()
     else:

@@ -241,7 +241,7 @@ def broadcast_optimizer_state(optimizer, root_rank):
 
 
 try:  # the other branch's home of these four (Horovod's horovod/torch/functions.py)
-    from detcoll.torch.functions import broadcast_parameters, broadcast_object, broadcast_optimizer_state, allgather_object  # noqa: E402,E501,F401
+    from detcoll.torch.functions import broadcast_parameters, broadcast_object, broadcast_optimizer_state, allgather_object  # noqa: E402,E501,F401,F811
 except ImportError:
     pass
 
