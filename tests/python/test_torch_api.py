@@ -125,8 +125,8 @@ def test_bad_input_raises_a_clear_error():
         hvd.allreduce(torch.zeros(4), op=17)
     if hvd.size() == 1:
         return  # nothing can differ between ranks
-    # Every rank passes a different count: every rank learns it, none hangs.
-    with pytest.raises(detcoll.MismatchError, match="element count"):
+    # Every rank passes a different shape: every rank learns each rank's, none hangs.
+    with pytest.raises(detcoll.MismatchError, match=r"shape \(4,\).*shape \(5,\)"):
         hvd.allreduce(torch.zeros(4 + hvd.rank()), name="mismatch")
     with pytest.raises(detcoll.MismatchError):
         hvd.allgather(torch.zeros((2, 2 + hvd.rank())), name="ag.bad")

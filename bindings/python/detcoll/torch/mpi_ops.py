@@ -1,0 +1,787 @@
+"""Horovod 0.28's collectives on torch tensors (horovod/torch/mpi_ops.py's names and arguments),
+every one a request of detcoll's fusion engine (_detcoll.enqueue; docs/design.md "One
+asynchronous call").
+
+A blocking call is its asynchronous call and synchronize(), under the same name, so a blocking
+call on one rank pairs with an asynchronous one on another, as in Horovod. Names: "<op>.<name>",
+or "<op>.noname.<n>" with n from one per-process counter shared by every op (Horovod's handle
+numbers), so unnamed ops pair when every rank makes the same calls in the same order.
+
+Requests are matched by name and enqueueing never waits for another rank. An op that needs two
+exchanges (allgather with ranks that differ in dimension 0, alltoall, whose receive counts come
+from the other ranks' splits) enqueues the first at call time and the second once the first has
+completed: at poll() or synchronize(), or, for a handle dropped unwaited, on a background thread,
+so that the other ranks are never left waiting for it.
+
+This module has no autograd; detcoll.torch wraps the blocking ops in autograd Functions
+(_autograd.py) with Horovod's gradients.
+"""
+
+import itertools
+import queue
+import threading
+
+import torch
+
+import detcoll
+from detcoll import _detcoll
+from detcoll.torch._tensors import DTYPES, checked_dtype
+
+# ---- reduction ops ----
+# Sum, Average, Min and Max are detcoll_op_t values; Adasum and Product are Python-side values
+# (Horovod's numbering differs: only the names are its API).
+Sum, Average, Min, Max = _detcoll.SUM, _detcoll.AVERAGE, _detcoll.MIN, _detcoll.MAX
+Adasum, Product = 4, 5
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Adasum: "Adasum",
+             Product: "Product"}
+
+HorovodInternalError = detcoll.Error
+
+# Tensors moved (not reduced) whose dtype the C API lacks travel widened to int32, exactly.
+_WIDENED = (torch.uint8, torch.int8, torch.int16, torch.bool)
+
+
+# ---- process sets ----
+
+class ProcessSet:
+    """Horovod's process set. Only the global set (every rank) exists in this version."""
+
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
+
+    def __init__(self, ranks_or_comm):
+        try:
+            self.ranks = sorted(int(r) for r in ranks_or_comm)
+        except TypeError:
+            raise detcoll.InvalidArgumentError(
+                "ProcessSet should be initialized with a list of process ranks") from None
+
+    def size(self):
+        return None if self.process_set_id is None else _detcoll_size("ProcessSet.size")
+
+    def rank(self):
+        return None if self.process_set_id is None else _world_rank("ProcessSet.rank")
+
+    def included(self):
+        return None if self.ranks is None else _world_rank("ProcessSet.included") in self.ranks
+
+    def __str__(self):
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm={self.mpi_comm})")
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+_NO_SETS = ("process sets other than the global one (hvd.global_process_set) are not supported "
+            "yet by detcoll.torch: every collective runs over all ranks")
+
+
+def add_process_set(process_set):
+    raise detcoll.InvalidArgumentError(f"add_process_set: {_NO_SETS}")
+
+
+def remove_process_set(process_set):
+    raise detcoll.InvalidArgumentError(f"remove_process_set: {_NO_SETS}")
+
+
+def _check_process_set(process_set, call):
+    if process_set is not None and process_set is not global_process_set:
+        raise detcoll.InvalidArgumentError(f"{call}: {_NO_SETS}; got {process_set}")
+
+
+def _fill_global_set():
+    global_process_set.ranks = list(range(_detcoll.size()))
+
+
+# ---- the world ----
+
+def _detcoll_size(call):
+    _require_init(call)
+    return _detcoll.size()
+
+
+def _world_rank(call):
+    _require_init(call)
+    return _detcoll.rank()
+
+
+def is_initialized():
+    return _detcoll.size() > 0
+
+
+def _require_init(call):
+    if not is_initialized():
+        raise detcoll.NotInitializedError(
+            f"detcoll.torch.{call}() called before detcoll.torch.init()")
+
+
+# ---- names ----
+
+_counter_lock = threading.Lock()
+_counter = itertools.count(1)
+_barriers = itertools.count(1)
+
+
+def _op_name(prefix, name):
+    """Horovod's GetOpName: "<prefix>.<name>", or "<prefix>.noname.<n>" (n counts every op)."""
+    with _counter_lock:
+        n = next(_counter)
+    return f"{prefix}.noname.{n}" if name is None else f"{prefix}.{name}"
+
+
+def _group_names(base, n):
+    return [f"{base}_{i + 1}of{n}" for i in range(n)]
+
+
+# ---- one rank's bad argument fails every rank ----
+
+def _checked(call, checks, names):
+    """Runs a call's local checks. When they fail, this rank still enqueues the request under
+    each name the other ranks use, as rejected with the message (detcoll_reject_next_call), so
+    that every rank gets the same InvalidArgumentError instead of the others waiting for this
+    one. Raises the library's error."""
+    _require_init(call)
+    try:
+        return checks()
+    except detcoll.InvalidArgumentError as e:
+        error = e
+    requests = []
+    for name in names:
+        _detcoll.reject_next_call(str(error))
+        requests.append(_detcoll.enqueue(_detcoll.REQUEST_ALLREDUCE, 0, 0, 0, _detcoll.FLOAT32,
+                                         name=name))
+    for r in requests:
+        r.wait()  # raises the rejection, naming this rank
+    raise error  # not reached: the rejected requests fail
+
+
+def _op(average, op, call):
+    if average is not None and op is not None:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: the op parameter supersedes average; give only one of them")
+    if op is None:
+        op = Average if average is None or average else Sum
+    if op not in _OP_NAMES:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: unknown op {op!r}; use Sum, Average, Min, Max or Product")
+    if op == Adasum:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: op=hvd.Adasum (horovod.torch.Adasum) is not supported: its result depends "
+            "on the reduction tree, which detcoll does not fix; use op=hvd.Average with "
+            "DETCOLL_DETERMINISM=invariant for a world-size invariant average")
+    return op
+
+
+def _reduce_dtype(tensor, call, op=Sum):
+    dtype = checked_dtype(tensor, call, "reduces")
+    if op == Product and tensor.is_floating_point() and detcoll.get_mode() == "invariant":
+        raise detcoll.InvalidArgumentError(
+            f"{call}: op=Product on {tensor.dtype} is not world-size invariant (a product of "
+            "floating values is rounded at every step), so invariant mode refuses it; use "
+            "DETCOLL_DETERMINISM=ordered (the rank-order product) or an integer dtype")
+    return dtype
+
+
+def _move_dtype(tensor, call, verb):
+    """The detcoll dtype a moved tensor travels as: its own, or int32 for _WIDENED dtypes."""
+    if isinstance(tensor, torch.Tensor) and tensor.dtype in _WIDENED:
+        checked_dtype(tensor, call, verb, any_dtype=True)
+        return DTYPES[torch.int32]
+    return checked_dtype(tensor, call, verb)
+
+
+def _carrier(tensor):
+    """The tensor as it travels (a widened copy for _WIDENED dtypes)."""
+    return tensor.to(torch.int32) if tensor.dtype in _WIDENED else tensor
+
+
+def _scale(tensor, factor):
+    """Horovod's scaling: floating tensors multiplied in their dtype; integers as
+    trunc(double(factor) * x) (ScaleBufferCPUImpl). Returns a new tensor or `tensor`."""
+    factor = float(factor)
+    if factor == 1.0:
+        return tensor
+    if tensor.is_floating_point():
+        return tensor * factor
+    return (tensor.to(torch.float64) * factor).trunc().to(tensor.dtype)
+
+
+def _shape(tensor):
+    return [int(d) for d in tensor.shape]
+
+
+def _enqueue(kind, send, recv, count, dtype, name, op=Sum, root=0, shape=None, counts=None,
+             recvcounts=None, keep=()):
+    request = _detcoll.enqueue(kind, send.data_ptr() if send is not None else 0,
+                               recv.data_ptr() if recv is not None else 0, count, dtype, op=op,
+                               root=root, name=name, shape=shape, counts=counts,
+                               recvcounts=recvcounts)
+    request.keep(tuple(keep))
+    return request
+
+
+# ---- handles ----
+
+class _Handle:
+    """An asynchronous op: a generator that enqueues its requests and yields them (a Request or
+    a list), is resumed once they have completed, and returns the op's output."""
+
+    def __init__(self, steps):
+        self._steps = steps
+        self._requests = []
+        self._done = False
+        self._output = None
+        self._error = None
+        self._advance(first=True)
+
+    def _advance(self, first=False):
+        try:
+            pending = next(self._steps) if first else self._steps.send(None)
+        except StopIteration as stop:
+            self._done, self._output, self._requests = True, stop.value, []
+            return
+        except detcoll.Error as e:
+            if first:
+                raise
+            self._done, self._error, self._requests = True, e, []
+            return
+        self._requests = pending if isinstance(pending, list) else [pending]
+
+    def _wait_step(self):
+        error = None
+        for r in self._requests:
+            try:
+                r.wait()
+            except detcoll.Error as e:
+                error = error or e
+        if error is not None:
+            self._done, self._error, self._requests = True, error, []
+            self._steps.close()
+        else:
+            self._advance()
+
+    def poll(self):
+        while not self._done and all(r.poll() for r in self._requests):
+            self._wait_step()  # completed: returns at once, and enqueues the next step if any
+        return self._done
+
+    def synchronize(self):
+        while not self._done:
+            self._wait_step()
+        if self._error is not None:
+            raise self._error
+        return self._output
+
+    def __del__(self):
+        # Dropped unwaited: its remaining steps still run (the other ranks may wait for them).
+        try:
+            if not self._done:
+                _Drainer.take(self)
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass
+
+
+class _Drainer:
+    """The thread that completes dropped handles' remaining steps, swallowing their errors."""
+
+    _queue = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def take(cls, handle):
+        state = _Handle.__new__(_Handle)  # the dropped handle's state, kept alive here
+        state.__dict__.update(handle.__dict__)
+        handle._done = True
+        with cls._lock:
+            if cls._queue is None:
+                cls._queue = queue.Queue()
+                threading.Thread(target=cls._run, name="detcoll.torch.drainer",
+                                 daemon=True).start()
+        cls._queue.put(state)
+
+    @classmethod
+    def _run(cls):
+        while True:
+            state = cls._queue.get()
+            try:
+                while not state._done:
+                    state._wait_step()
+            except Exception:  # noqa: BLE001 (nobody waits for a dropped handle's outcome)
+                pass
+            state._done = True  # its __del__ must not hand it back
+            del state
+
+
+def synchronize(handle):
+    """Waits for an asynchronous op and returns its output (a tuple for grouped ops,
+    (output, received_splits) for alltoall). Raises the op's error, on every rank."""
+    if callable(handle) and not isinstance(handle, _Handle):
+        return None  # Horovod's sparse_allreduce_async returns a callable
+    if not isinstance(handle, _Handle):
+        raise detcoll.InvalidArgumentError("synchronize: not a handle of detcoll.torch")
+    return handle.synchronize()
+
+
+def poll(handle):
+    """True once the op has completed (never waits; may enqueue an op's next exchange)."""
+    if not isinstance(handle, _Handle):
+        raise detcoll.InvalidArgumentError("poll: not a handle of detcoll.torch")
+    return handle.poll()
+
+
+# ---- allreduce ----
+
+def _allreduce_steps(tensors, outs, names, op, prescale, postscale):
+    """Reduces tensors[i] into outs[i] (which may be tensors[i]): Sum, Average, Min and Max by
+    the engine; Product as an allgather and the rank-order fold. Integer Average is a Sum and
+    Horovod's trunc((postscale / size) * sum)."""
+    size = _detcoll.size()
+    scaled = [_scale(t, prescale) for t in tensors]
+    if op == Product:
+        gathered = [torch.empty((size,) + tuple(t.shape), dtype=t.dtype) for t in scaled]
+        yield [_enqueue(_detcoll.REQUEST_ALLGATHER, s, g, s.numel(), DTYPES[s.dtype], n,
+                        shape=_shape(s), keep=(s, g))
+               for s, g, n in zip(scaled, gathered, names)]
+        for g, out in zip(gathered, outs):
+            acc = g[0].clone()
+            for k in range(1, size):
+                acc.mul_(g[k])  # ((x0 * x1) * x2) ..., in the dtype
+            out.copy_(_scale(acc, postscale))
+        return tuple(outs)
+    requests = []
+    for s, out, n in zip(scaled, outs, names):
+        integer_average = op == Average and not s.is_floating_point()
+        requests.append(_enqueue(_detcoll.REQUEST_ALLREDUCE, s, out, s.numel(), DTYPES[s.dtype],
+                                 n, op=Sum if integer_average else op, shape=_shape(s),
+                                 keep=(s, out)))
+    yield requests
+    for out in outs:
+        if op == Average and not out.is_floating_point():
+            out.copy_(_scale(out, float(postscale) / size))
+        elif postscale != 1.0:
+            out.copy_(_scale(out, postscale))
+    return tuple(outs)
+
+
+def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                             process_set, in_place, prefix, call):
+    tensors = list(tensors)
+    base = _op_name(prefix, name)
+    names = [base] if prefix == "allreduce" else _group_names(base, len(tensors))
+
+    def checks():
+        _check_process_set(process_set, call)
+        checked_op = _op(average, op, call)
+        if not tensors:
+            raise detcoll.InvalidArgumentError(f"{call}: no tensors")
+        for t in tensors:
+            _reduce_dtype(t, call, checked_op)
+        return checked_op
+
+    checked_op = _checked(call, checks, names)
+    outs = tensors if in_place else [torch.empty_like(t) for t in tensors]
+    return _Handle(_allreduce_steps(tensors, outs, names, checked_op, prescale_factor,
+                                    postscale_factor))
+
+
+def _single(handle):
+    """A handle whose output is the only tensor of `handle`'s."""
+    def one():
+        outputs = yield from _relay(handle)
+        return outputs[0]
+    return _Handle(one())
+
+
+def _relay(handle):
+    """Yields a handle's remaining requests and returns its output."""
+    while not handle._done:
+        yield handle._requests  # the caller waits for them
+        handle._advance()
+    if handle._error is not None:
+        raise handle._error
+    return handle._output
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    return _single(_grouped_allreduce_async([tensor], average, name, op, prescale_factor,
+                                            postscale_factor, process_set, False, "allreduce",
+                                            "allreduce_async"))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    return _single(_grouped_allreduce_async([tensor], average, name, op, prescale_factor,
+                                            postscale_factor, process_set, True, "allreduce",
+                                            "allreduce_async_"))
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(_single(_grouped_allreduce_async(
+        [tensor], average, name, op, prescale_factor, postscale_factor, process_set, True,
+        "allreduce", "allreduce_")))
+
+
+def allreduce_plain(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set, call="allreduce"):
+    return synchronize(_single(_grouped_allreduce_async(
+        [tensor], average, name, op, prescale_factor, postscale_factor, process_set, False,
+        "allreduce", call)))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    return _grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, False, "grouped_allreduce",
+                                    "grouped_allreduce_async")
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    return _grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, True, "grouped_allreduce",
+                                    "grouped_allreduce_async_")
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return list(synchronize(_grouped_allreduce_async(
+        tensors, average, name, op, prescale_factor, postscale_factor, process_set, True,
+        "grouped_allreduce", "grouped_allreduce_")))
+
+
+def grouped_allreduce_plain(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set,
+                            call="grouped_allreduce"):
+    return list(synchronize(_grouped_allreduce_async(
+        tensors, average, name, op, prescale_factor, postscale_factor, process_set, False,
+        "grouped_allreduce", call)))
+
+
+# ---- broadcast ----
+
+def _broadcast_async(tensor, root_rank, name, process_set, in_place, call):
+    full = _op_name("broadcast", name)
+
+    def checks():
+        _check_process_set(process_set, call)
+        dtype = _move_dtype(tensor, call, "broadcasts")
+        if not 0 <= int(root_rank) < _detcoll.size():
+            raise detcoll.InvalidArgumentError(
+                f"{call}: root_rank {root_rank} is not a rank of a world of {_detcoll.size()}")
+        return dtype
+
+    dtype = _checked(call, checks, [full])
+    out = tensor if in_place else tensor.clone()
+
+    def steps():
+        buf = _carrier(out)
+        yield _enqueue(_detcoll.REQUEST_BROADCAST, None, buf, buf.numel(), dtype, full,
+                       root=int(root_rank), shape=_shape(out), keep=(buf, out))
+        if buf is not out:
+            out.copy_(buf)
+        return out
+
+    return _Handle(steps())
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, root_rank, name, process_set, False, "broadcast_async")
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, root_rank, name, process_set, True, "broadcast_async_")
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(_broadcast_async(tensor, root_rank, name, process_set, True,
+                                        "broadcast_"))
+
+
+def broadcast_plain(tensor, root_rank, name=None, process_set=global_process_set,
+                    call="broadcast"):
+    return synchronize(_broadcast_async(tensor, root_rank, name, process_set, False, call))
+
+
+# ---- allgather ----
+
+def _gatherable(tensor, call):
+    dtype = _move_dtype(tensor, call, "gathers")
+    if tensor.dim() == 0:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: a 0-d tensor cannot be gathered along dimension 0; reshape it to (1,)")
+    return dtype
+
+
+def _allgather_steps(tensors, names):
+    """Gathers each tensor along dimension 0. First every rank's row counts ("<name>.sizes");
+    then the rows, padded to the longest rank's when ranks differ. Returns (outputs, rows) with
+    rows[i] = every rank's row count of tensor i."""
+    size = _detcoll.size()
+    carriers = [_carrier(t) for t in tensors]
+    mine = [torch.tensor([t.shape[0]], dtype=torch.int64) for t in tensors]
+    counts = [torch.empty(size, dtype=torch.int64) for _ in tensors]
+    yield [_enqueue(_detcoll.REQUEST_ALLGATHER, m, c, 1, DTYPES[torch.int64], n + ".sizes",
+                    shape=[], keep=(m, c)) for m, c, n in zip(mine, counts, names)]
+    rows = [c.tolist() for c in counts]
+    staged, requests = [], []
+    for c, r, n in zip(carriers, rows, names):
+        widest = max(r)
+        rest = tuple(c.shape[1:])
+        src = c
+        if c.shape[0] != widest:
+            src = torch.zeros((widest,) + rest, dtype=c.dtype)
+            src[:c.shape[0]] = c
+        dst = torch.empty((size * widest,) + rest, dtype=c.dtype)
+        requests.append(_enqueue(_detcoll.REQUEST_ALLGATHER, src, dst, src.numel(),
+                                 DTYPES[c.dtype], n, shape=list(rest), keep=(src, dst)))
+        staged.append((dst, widest))
+    yield requests
+    outputs = []
+    for (dst, widest), r, t in zip(staged, rows, tensors):
+        if all(k == widest for k in r):
+            out = dst
+        else:
+            out = torch.cat([dst[k * widest:k * widest + r[k]] for k in range(size)])
+        outputs.append(out.to(t.dtype) if out.dtype != t.dtype else out)
+    return tuple(outputs), rows
+
+
+def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows=False):
+    tensors = list(tensors)
+    base = _op_name(prefix, name)
+    names = [base] if prefix == "allgather" else _group_names(base, len(tensors))
+
+    def checks():
+        _check_process_set(process_set, call)
+        if not tensors:
+            raise detcoll.InvalidArgumentError(f"{call}: no tensors")
+        for t in tensors:
+            _gatherable(t, call)
+
+    _checked(call, checks, [n + ".sizes" for n in names])
+
+    def steps():
+        outputs, rows = yield from _allgather_steps(tensors, names)
+        return (outputs, rows) if with_rows else outputs
+
+    return _Handle(steps())
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    return _single(_grouped_allgather_async([tensor], name, process_set, "allgather",
+                                            "allgather_async"))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    return _grouped_allgather_async(tensors, name, process_set, "grouped_allgather",
+                                    "grouped_allgather_async")
+
+
+def allgather_with_rows(tensors, name=None, process_set=global_process_set, call="allgather",
+                        grouped=False):
+    """(outputs, every rank's row counts per tensor), blocking; for autograd."""
+    prefix = "grouped_allgather" if grouped else "allgather"
+    return synchronize(_grouped_allgather_async(tensors, name, process_set, prefix, call,
+                                                with_rows=True))
+
+
+# ---- reducescatter ----
+
+def _split_rows(n, size):
+    """Horovod's split of dimension 0: the first n % size ranks get one row more."""
+    return [n // size + (1 if r < n % size else 0) for r in range(size)]
+
+
+def _reducescatter_async(tensors, name, op, process_set, prescale, postscale, prefix, call):
+    tensors = list(tensors)
+    base = _op_name(prefix, name)
+    names = [base] if prefix == "reducescatter" else _group_names(base, len(tensors))
+
+    def checks():
+        _check_process_set(process_set, call)
+        if op not in (Sum, Average):
+            raise detcoll.InvalidArgumentError(
+                f"{call}: op={_OP_NAMES.get(op, op)} is not supported; reducescatter reduces "
+                "with Sum or Average (as in Horovod)")
+        if not tensors:
+            raise detcoll.InvalidArgumentError(f"{call}: no tensors")
+        for t in tensors:
+            _reduce_dtype(t, call)
+            if t.dim() == 0:
+                raise detcoll.InvalidArgumentError(
+                    f"{call}: a 0-d tensor cannot be scattered along dimension 0")
+
+    _checked(call, checks, names)
+    size, rank = _detcoll.size(), _detcoll.rank()
+
+    def steps():
+        requests, outs = [], []
+        for t, n in zip(tensors, names):
+            src = _scale(t, prescale)
+            if not src.is_contiguous():
+                src = src.contiguous()
+            rows = _split_rows(t.shape[0], size)
+            row = 1
+            for d in t.shape[1:]:
+                row *= int(d)
+            integer_average = op == Average and not t.is_floating_point()
+            out = torch.empty((rows[rank],) + tuple(t.shape[1:]), dtype=t.dtype)
+            requests.append(_enqueue(
+                _detcoll.REQUEST_REDUCESCATTER, src, out, src.numel(), DTYPES[t.dtype], n,
+                op=Sum if integer_average else op, shape=_shape(t),
+                counts=[k * row for k in rows], keep=(src, out)))
+            outs.append((out, integer_average))
+        yield requests
+        results = []
+        for out, integer_average in outs:
+            if integer_average:
+                out = _scale(out, float(postscale) / size)
+            else:
+                out = _scale(out, postscale)
+            results.append(out)
+        return tuple(results)
+
+    return _Handle(steps())
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    return _single(_reducescatter_async([tensor], name, op, process_set, prescale_factor,
+                                         postscale_factor, "reducescatter",
+                                         "reducescatter_async"))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    return _reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                postscale_factor, "grouped_reducescatter",
+                                "grouped_reducescatter_async")
+
+
+def reducescatter_plain(tensors, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0, call="reducescatter",
+                        grouped=False):
+    prefix = "grouped_reducescatter" if grouped else "reducescatter"
+    return list(synchronize(_reducescatter_async(tensors, name, op, process_set,
+                                                 prescale_factor, postscale_factor, prefix,
+                                                 call)))
+
+
+# ---- alltoall ----
+
+def _alltoall_async(tensor, splits, name, process_set, call):
+    full = _op_name("alltoall", name)
+    size = None
+
+    def checks():
+        nonlocal size
+        _check_process_set(process_set, call)
+        dtype = _move_dtype(tensor, call, "exchanges")
+        size = _detcoll.size()
+        if tensor.dim() == 0:
+            raise detcoll.InvalidArgumentError(f"{call}: a 0-d tensor cannot be split")
+        if splits is None:
+            if tensor.shape[0] % size != 0:
+                raise detcoll.InvalidArgumentError(
+                    f"{call}: splits not provided, but the first dimension of the tensor "
+                    f"({tensor.shape[0]}) is not an even multiple of the number of workers "
+                    f"({size})")
+            mine = [tensor.shape[0] // size] * size
+        else:
+            if isinstance(splits, torch.Tensor):
+                if splits.dim() != 1:
+                    raise detcoll.InvalidArgumentError(f"{call}: expects a 1-D splits tensor")
+                if splits.dtype != torch.int32:
+                    raise detcoll.InvalidArgumentError(
+                        f"{call}: expects splits to contain 32-bit integer elements")
+            mine = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor)
+                                     else splits)]
+            if len(mine) != size:
+                raise detcoll.InvalidArgumentError(
+                    f"{call}: {len(mine)} entries in splits for {size} workers")
+            if any(s < 0 for s in mine):
+                raise detcoll.InvalidArgumentError(f"{call}: negative entry in splits {mine}")
+            if sum(mine) > tensor.shape[0]:
+                raise detcoll.InvalidArgumentError(
+                    f"{call}: the sum of splits {mine} is greater than the first dimension of "
+                    f"the tensor ({tensor.shape[0]})")
+        return dtype, mine
+
+    dtype, mine = _checked(call, checks, [full + ".splits"])
+    rank = _detcoll.rank()
+
+    def steps():
+        sent = torch.tensor(mine, dtype=torch.int64)
+        matrix = torch.empty((size, size), dtype=torch.int64)
+        yield _enqueue(_detcoll.REQUEST_ALLGATHER, sent, matrix, size, DTYPES[torch.int64],
+                       full + ".splits", shape=[size], keep=(sent, matrix))
+        received = matrix[:, rank].tolist()
+        rest = tuple(tensor.shape[1:])
+        row = 1
+        for d in rest:
+            row *= int(d)
+        src = _carrier(tensor[:sum(mine)])
+        if not src.is_contiguous():
+            src = src.contiguous()
+        dst = torch.empty((sum(received),) + rest, dtype=src.dtype)
+        yield _enqueue(_detcoll.REQUEST_ALLTOALL, src, dst, 0, dtype, full, shape=list(rest),
+                       counts=[k * row for k in mine], recvcounts=[k * row for k in received],
+                       keep=(src, dst))
+        out = dst.to(tensor.dtype) if dst.dtype != tensor.dtype else dst
+        received_splits = torch.tensor(received, dtype=torch.int32)
+        return out, received_splits
+
+    return _Handle(steps())
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    return _alltoall_async(tensor, splits, name, process_set, "alltoall_async")
+
+
+def alltoall_plain(tensor, splits=None, name=None, process_set=global_process_set,
+                   call="alltoall"):
+    """(output, received_splits), blocking."""
+    return synchronize(_alltoall_async(tensor, splits, name, process_set, call))
+
+
+# ---- control ----
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank has called barrier (a one-element allreduce "barrier.<n>")."""
+    with _counter_lock:
+        name = f"barrier.{next(_barriers)}"
+    _checked("barrier", lambda: _check_process_set(process_set, "barrier"), [name])
+    token = torch.zeros(1, dtype=torch.int32)
+    _enqueue(_detcoll.REQUEST_ALLREDUCE, token, token, 1, DTYPES[torch.int32], name,
+             shape=[1], keep=(token,)).wait()
+
+
+def join(device=-1):
+    raise detcoll.InvalidArgumentError(
+        "join: hvd.join() is not supported yet by detcoll.torch (ranks that run out of data "
+        "cannot yet take part in the others' allreduces with zeros); give every rank the same "
+        "number of steps")
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Horovod's sparse allreduce: allgathers of the indices and the values; returns a callable
+    that gives the (uncoalesced) sparse result."""
+    t = tensor
+    idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices",
+                          process_set=process_set)
+    val = allgather_async(t._values().contiguous(), name=f"{name}.values",
+                          process_set=process_set)
+
+    def handle():
+        values = synchronize(val)
+        indices = synchronize(idx)
+        if op == Average:
+            values = values / _detcoll.size()
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+
+    return handle
+
