@@ -5,17 +5,15 @@
 runs horovod.torch scripts: init and the queries, allreduce (blocking, in place, asynchronous,
 grouped; Sum, Average, Min, Max, Product, prescale and postscale), broadcast, allgather,
 reducescatter, alltoall (with their grouped and asynchronous variants and Horovod's gradients),
-barrier, poll and synchronize, broadcast_parameters, broadcast_optimizer_state and
-DistributedOptimizer, with results that are bit-reproducible (DETCOLL_DETERMINISM=ordered, the
-default) or also world-size invariant (invariant). Tensors must be contiguous CPU tensors;
-reductions take float32, float64, float16, bfloat16, int32 and int64, and the ops that move data
-also uint8, int8, int16 and bool. Not there yet: process sets other than the global one, join,
-Adasum (refused: see mpi_ops._op), the timeline at run time (DETCOLL_TIMELINE), CUDA tensors.
+barrier, join, process sets, poll and synchronize, broadcast_parameters,
+broadcast_optimizer_state, allgather_object, SyncBatchNorm and DistributedOptimizer, with results
+that are bit-reproducible (DETCOLL_DETERMINISM=ordered, the default) or also world-size invariant
+(invariant). Tensors must be contiguous CPU tensors; reductions take float32, float64, float16,
+bfloat16, int32 and int64, and the ops that move data also uint8, int8, int16 and bool. Refused:
+Adasum (see mpi_ops._op), the timeline at run time (set DETCOLL_TIMELINE), CUDA tensors.
 """
 
 import atexit
-import io
-import pickle
 
 import torch
 
@@ -34,7 +32,7 @@ from detcoll.torch.mpi_ops import (  # noqa: F401  (Horovod's names)
     alltoall_async, barrier, broadcast_, broadcast_async, broadcast_async_, global_process_set,
     grouped_allgather_async, grouped_allreduce_, grouped_allreduce_async,
     grouped_allreduce_async_, grouped_reducescatter_async, is_initialized, join, poll,
-    reducescatter_async, remove_process_set, sparse_allreduce_async, synchronize)
+    reducescatter_async, remove_process_set, synchronize)
 
 _DTYPES = DTYPES  # torch dtype -> detcoll_dtype_t (DistributedOptimizer's leaves use it)
 _require_init = mpi_ops._require_init
@@ -54,8 +52,8 @@ __all__ = [
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_reducescatter", "grouped_reducescatter_async",
     "join", "barrier", "poll", "synchronize",
-    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "DistributedOptimizer", "Compression", "rng",
+    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
+    "DistributedOptimizer", "SyncBatchNorm", "Compression", "rng",
 ]
 
 # Every rank's (local_rank, local_size), gathered at init: cross_rank and cross_size.
@@ -64,13 +62,22 @@ _layout = None
 
 def init(comm=None, process_sets=None):
     """Initializes detcoll on MPI_COMM_WORLD (comm must be None or every rank); shutdown() runs
-    at exit. process_sets: only the global set exists (None)."""
+    at exit. process_sets: ProcessSets to add (every rank the same list), or "dynamic" (sets may
+    be added later, as they always may in detcoll)."""
     global _layout
     if comm is not None and list(comm) != list(range(len(list(comm)))):
         raise detcoll.InvalidArgumentError(
             "detcoll.torch.init: only MPI_COMM_WORLD (comm=None) is supported")
-    if process_sets not in (None, []):
-        raise detcoll.InvalidArgumentError(f"detcoll.torch.init: {mpi_ops._NO_SETS}")
+    if process_sets is not None and process_sets != "dynamic":
+        process_sets = list(process_sets)
+        for i, ps in enumerate(process_sets):
+            if not isinstance(ps, ProcessSet):
+                raise detcoll.InvalidArgumentError(
+                    f"detcoll.torch.init: process_sets entry number {i} is not a ProcessSet: "
+                    f"{ps!r}")
+            if any(ps.ranks == other.ranks for other in process_sets[:i]):
+                raise detcoll.InvalidArgumentError(
+                    f"detcoll.torch.init: process_sets entry number {i} is a duplicate: {ps}")
     _detcoll.init()
     atexit.register(shutdown)
     mpi_ops._fill_global_set()
@@ -79,6 +86,9 @@ def init(comm=None, process_sets=None):
     _detcoll.allgather(mine.data_ptr(), every.data_ptr(), 2, DTYPES[torch.int64],
                        "detcoll.torch.init.layout")
     _layout = [tuple(row) for row in every.tolist()]
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 def shutdown():
@@ -183,66 +193,9 @@ def _checked_world(value, what):
     return value
 
 
-# ---- model and optimizer state ----
-
-def broadcast_parameters(params, root_rank):
-    """Broadcasts a state_dict or an iterable of (name, tensor) from root_rank, in place."""
-    _require_init("broadcast_parameters")
-    items = sorted(params.items()) if isinstance(params, dict) else list(params)
-    handles = []
-    for name, p in items:
-        tensor = p.data if isinstance(p, torch.nn.Parameter) else p
-        # Parameters in another memory layout (channels_last) travel as a contiguous copy.
-        staged = (tensor.contiguous() if isinstance(tensor, torch.Tensor) and
-                  not tensor.is_contiguous() else tensor)
-        handles.append((tensor, staged,
-                        broadcast_async_(staged, root_rank, name="bcast." + str(name))))
-    for tensor, staged, h in handles:
-        synchronize(h)
-        if staged is not tensor:
-            tensor.copy_(staged)
-
-
-def broadcast_object(obj, root_rank=0, name=None):
-    """A picklable object from root_rank on every rank. If it cannot be pickled there, every
-    rank raises InvalidArgumentError saying why."""
-    _require_init("broadcast_object")
-    name = name or "object"
-    header = torch.zeros(2, dtype=torch.int64)  # (byte count, 1 if the bytes are an error)
-    data = b""
-    if rank() == root_rank:
-        try:
-            data = pickle.dumps(obj)
-        except Exception as e:  # noqa: BLE001 (any pickling failure is reported everywhere)
-            data = f"{type(e).__name__}: {e}".encode()
-            header[1] = 1
-        header[0] = len(data)
-    broadcast_(header, root_rank, name=name + ".length")
-    raw = torch.zeros(int(header[0]), dtype=torch.uint8)
-    if rank() == root_rank and data:
-        raw.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    broadcast_(raw, root_rank, name=name + ".data")
-    received = raw.numpy().tobytes()
-    if header[1]:
-        raise detcoll.InvalidArgumentError(
-            f"broadcast_object: rank {root_rank} could not pickle the object: "
-            f"{received.decode(errors='replace')}")
-    return pickle.loads(received)
-
-
-def broadcast_optimizer_state(optimizer, root_rank):
-    """Makes every rank's optimizer state (tensors and hyper-parameters) root_rank's."""
-    _require_init("broadcast_optimizer_state")
-    state = optimizer.state_dict()
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    state = broadcast_object(buffer.getvalue(), root_rank, name="optimizer_state")
-    optimizer.load_state_dict(torch.load(io.BytesIO(state)))
-
-
-try:  # the other branch's home of these four (Horovod's horovod/torch/functions.py)
-    from detcoll.torch.functions import broadcast_parameters, broadcast_object, broadcast_optimizer_state, allgather_object  # noqa: E402,E501,F401,F811
-except ImportError:
-    pass
-
+# Horovod's horovod/torch/functions.py and SyncBatchNorm.
+from detcoll.torch.functions import (  # noqa: E402,F401
+    allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters,
+    sparse_allreduce_async)
+from detcoll.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401
 from detcoll.torch.optimizer import DistributedOptimizer  # noqa: E402

@@ -68,7 +68,8 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reduced = mpi_ops.allreduce_plain(_grad(grad), op=Average, process_set=ctx.process_set)
-        return _own_rows(reduced, ctx.rows, _detcoll.rank()), None, None
+        return (_own_rows(reduced, ctx.rows, mpi_ops._placement(ctx.process_set, "allgather").rank),
+                None, None)
 
 
 class _GroupedAllgather(torch.autograd.Function):
@@ -83,7 +84,7 @@ class _GroupedAllgather(torch.autograd.Function):
     def backward(ctx, *grads):
         reduced = mpi_ops.grouped_allreduce_plain([_grad(g) for g in grads], op=Average,
                                                   process_set=ctx.process_set)
-        rank = _detcoll.rank()
+        rank = mpi_ops._placement(ctx.process_set, "grouped_allgather").rank
         return (None, None) + tuple(_own_rows(r, rows, rank)
                                     for r, rows in zip(reduced, ctx.rows))
 
@@ -102,10 +103,10 @@ class _Broadcast(torch.autograd.Function):
         return reduced, None, None, None
 
 
-def _reducescatter_grad(grad, op, prescale, postscale):
+def _reducescatter_grad(grad, op, prescale, postscale, process_set):
     grad = _grad(grad)
     if op == Sum:
-        grad = grad * _detcoll.size()
+        grad = grad * mpi_ops._placement(process_set, "reducescatter").size
     if prescale != 1.0:
         grad = grad * prescale
     if postscale != 1.0:
@@ -124,7 +125,7 @@ class _Reducescatter(torch.autograd.Function):
     def backward(ctx, grad):
         op, process_set, prescale, postscale = ctx.args
         outputs, _ = mpi_ops.allgather_with_rows(
-            [_reducescatter_grad(grad, op, prescale, postscale)], None, process_set)
+            [_reducescatter_grad(grad, op, prescale, postscale, process_set)], None, process_set)
         return (outputs[0],) + (None,) * 5
 
 
@@ -140,7 +141,7 @@ class _GroupedReducescatter(torch.autograd.Function):
     def backward(ctx, *grads):
         op, process_set, prescale, postscale = ctx.args
         outputs, _ = mpi_ops.allgather_with_rows(
-            [_reducescatter_grad(g, op, prescale, postscale) for g in grads], None, process_set,
+            [_reducescatter_grad(g, op, prescale, postscale, process_set) for g in grads], None, process_set,
             call="grouped_allgather", grouped=True)
         return (None,) * 5 + tuple(outputs)
 

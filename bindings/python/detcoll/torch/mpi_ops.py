@@ -44,7 +44,11 @@ _WIDENED = (torch.uint8, torch.int8, torch.int16, torch.bool)
 # ---- process sets ----
 
 class ProcessSet:
-    """Horovod's process set. Only the global set (every rank) exists in this version."""
+    """Horovod's process set: collectives among some ranks (docs/design.md, "Process sets").
+    Build it from the ranks (any order; they are kept sorted) and register it on every rank
+    with add_process_set (or init(process_sets=[...])); a collective's process_set= then runs
+    it among the members, numbered by their order (a broadcast's root_rank stays a rank of the
+    world). A rank that is not a member gets InvalidArgumentError at once."""
 
     process_set_id = None
     ranks = None
@@ -53,42 +57,96 @@ class ProcessSet:
     def __init__(self, ranks_or_comm):
         try:
             self.ranks = sorted(int(r) for r in ranks_or_comm)
-        except TypeError:
+        except (TypeError, ValueError):
             raise detcoll.InvalidArgumentError(
-                "ProcessSet should be initialized with a list of process ranks") from None
+                "ProcessSet should be initialized with a list of process ranks (an mpi4py "
+                "communicator is not supported)") from None
 
     def size(self):
-        return None if self.process_set_id is None else _detcoll_size("ProcessSet.size")
+        """The number of members; None before the set is added."""
+        if self.process_set_id is None:
+            return None
+        _require_init("ProcessSet.size")
+        return _detcoll.process_set_size(self.process_set_id)
 
     def rank(self):
-        return None if self.process_set_id is None else _world_rank("ProcessSet.rank")
+        """This rank's rank in the set; None before it is added. Raises for a non-member."""
+        if self.process_set_id is None:
+            return None
+        _require_init("ProcessSet.rank")
+        r = _detcoll.process_set_rank(self.process_set_id)
+        if r < 0:
+            raise detcoll.InvalidArgumentError("Process is not part of provided process set.")
+        return r
 
     def included(self):
-        return None if self.ranks is None else _world_rank("ProcessSet.included") in self.ranks
+        if self.ranks is None:
+            return None
+        return _world_rank("ProcessSet.included") in self.ranks
 
     def __str__(self):
         return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
                 f"mpi_comm={self.mpi_comm})")
 
+    __repr__ = __str__
+
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
-_NO_SETS = ("process sets other than the global one (hvd.global_process_set) are not supported "
-            "yet by detcoll.torch: every collective runs over all ranks")
-
 
 def add_process_set(process_set):
-    raise detcoll.InvalidArgumentError(f"add_process_set: {_NO_SETS}")
+    """Registers a process set (a ProcessSet or a list of ranks) and returns it with its id.
+    Collective: every rank, member or not, adds the same sets in the same order (Horovod's rule;
+    detcoll needs no HOROVOD_DYNAMIC_PROCESS_SETS). Ranks that disagree all get MismatchError."""
+    _require_init("add_process_set")
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise detcoll.InvalidArgumentError(
+            f"add_process_set: {process_set} has been added already")
+    process_set.process_set_id = _detcoll.process_set_add(process_set.ranks)
+    return process_set
 
 
 def remove_process_set(process_set):
-    raise detcoll.InvalidArgumentError(f"remove_process_set: {_NO_SETS}")
+    """Removes an added set (collective, like add_process_set); False for the global set or a
+    set not added. Its collectives must have completed."""
+    _require_init("remove_process_set")
+    if process_set.process_set_id in (None, 0):
+        return False
+    _detcoll.process_set_remove(process_set.process_set_id)
+    process_set.process_set_id = None
+    return True
 
 
-def _check_process_set(process_set, call):
-    if process_set is not None and process_set is not global_process_set:
-        raise detcoll.InvalidArgumentError(f"{call}: {_NO_SETS}; got {process_set}")
+class _Placement:
+    """Where a collective runs: its process set's id, size and this rank's rank in it."""
+
+    def __init__(self, set_id, size, rank):
+        self.id, self.size, self.rank = set_id, size, rank
+
+
+def _placement(process_set, call):
+    """The placement of `call` in process_set. A rank outside the set fails here, at once and
+    alone, as in Horovod: the members never wait for it."""
+    _require_init(call)
+    if process_set is None or process_set is global_process_set or \
+            process_set.process_set_id == 0:
+        return _Placement(0, _detcoll.size(), _detcoll.rank())
+    if not isinstance(process_set, ProcessSet):
+        raise detcoll.InvalidArgumentError(
+            f"{call}: process_set must be a ProcessSet, got {type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: {process_set} has not been added (hvd.add_process_set)")
+    rank = _detcoll.process_set_rank(process_set.process_set_id)
+    if rank < 0:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: rank {_detcoll.rank()} is not a member of the provided process set "
+            f"{process_set}")
+    return _Placement(process_set.process_set_id,
+                      _detcoll.process_set_size(process_set.process_set_id), rank)
 
 
 def _fill_global_set():
@@ -121,7 +179,7 @@ def _require_init(call):
 
 _counter_lock = threading.Lock()
 _counter = itertools.count(1)
-_barriers = itertools.count(1)
+_barriers = {}  # process set id -> barriers so far
 
 
 def _op_name(prefix, name):
@@ -137,7 +195,7 @@ def _group_names(base, n):
 
 # ---- one rank's bad argument fails every rank ----
 
-def _checked(call, checks, names):
+def _checked(call, checks, names, place=None):
     """Runs a call's local checks. When they fail, this rank still enqueues the request under
     each name the other ranks use, as rejected with the message (detcoll_reject_next_call), so
     that every rank gets the same InvalidArgumentError instead of the others waiting for this
@@ -151,7 +209,7 @@ def _checked(call, checks, names):
     for name in names:
         _detcoll.reject_next_call(str(error))
         requests.append(_detcoll.enqueue(_detcoll.REQUEST_ALLREDUCE, 0, 0, 0, _detcoll.FLOAT32,
-                                         name=name))
+                                         name=name, process_set=place.id if place else 0))
     for r in requests:
         r.wait()  # raises the rejection, naming this rank
     raise error  # not reached: the rejected requests fail
@@ -213,11 +271,11 @@ def _shape(tensor):
 
 
 def _enqueue(kind, send, recv, count, dtype, name, op=Sum, root=0, shape=None, counts=None,
-             recvcounts=None, keep=()):
+             recvcounts=None, keep=(), place=None):
     request = _detcoll.enqueue(kind, send.data_ptr() if send is not None else 0,
                                recv.data_ptr() if recv is not None else 0, count, dtype, op=op,
                                root=root, name=name, shape=shape, counts=counts,
-                               recvcounts=recvcounts)
+                               recvcounts=recvcounts, process_set=place.id if place else 0)
     request.keep(tuple(keep))
     return request
 
@@ -333,16 +391,16 @@ def poll(handle):
 
 # ---- allreduce ----
 
-def _allreduce_steps(tensors, outs, names, op, prescale, postscale):
+def _allreduce_steps(tensors, outs, names, op, prescale, postscale, place):
     """Reduces tensors[i] into outs[i] (which may be tensors[i]): Sum, Average, Min and Max by
     the engine; Product as an allgather and the rank-order fold. Integer Average is a Sum and
     Horovod's trunc((postscale / size) * sum)."""
-    size = _detcoll.size()
+    size = place.size
     scaled = [_scale(t, prescale) for t in tensors]
     if op == Product:
         gathered = [torch.empty((size,) + tuple(t.shape), dtype=t.dtype) for t in scaled]
         yield [_enqueue(_detcoll.REQUEST_ALLGATHER, s, g, s.numel(), DTYPES[s.dtype], n,
-                        shape=_shape(s), keep=(s, g))
+                        shape=_shape(s), keep=(s, g), place=place)
                for s, g, n in zip(scaled, gathered, names)]
         for g, out in zip(gathered, outs):
             acc = g[0].clone()
@@ -355,7 +413,7 @@ def _allreduce_steps(tensors, outs, names, op, prescale, postscale):
         integer_average = op == Average and not s.is_floating_point()
         requests.append(_enqueue(_detcoll.REQUEST_ALLREDUCE, s, out, s.numel(), DTYPES[s.dtype],
                                  n, op=Sum if integer_average else op, shape=_shape(s),
-                                 keep=(s, out)))
+                                 keep=(s, out), place=place))
     yield requests
     for out in outs:
         if op == Average and not out.is_floating_point():
@@ -371,8 +429,9 @@ def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postsc
     base = _op_name(prefix, name)
     names = [base] if prefix == "allreduce" else _group_names(base, len(tensors))
 
+    place = _placement(process_set, call)
+
     def checks():
-        _check_process_set(process_set, call)
         checked_op = _op(average, op, call)
         if not tensors:
             raise detcoll.InvalidArgumentError(f"{call}: no tensors")
@@ -380,10 +439,10 @@ def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postsc
             _reduce_dtype(t, call, checked_op)
         return checked_op
 
-    checked_op = _checked(call, checks, names)
+    checked_op = _checked(call, checks, names, place)
     outs = tensors if in_place else [torch.empty_like(t) for t in tensors]
     return _Handle(_allreduce_steps(tensors, outs, names, checked_op, prescale_factor,
-                                    postscale_factor))
+                                    postscale_factor, place))
 
 
 def _single(handle):
@@ -466,21 +525,22 @@ def grouped_allreduce_plain(tensors, average=None, name=None, op=None, prescale_
 def _broadcast_async(tensor, root_rank, name, process_set, in_place, call):
     full = _op_name("broadcast", name)
 
+    place = _placement(process_set, call)
+
     def checks():
-        _check_process_set(process_set, call)
         dtype = _move_dtype(tensor, call, "broadcasts")
         if not 0 <= int(root_rank) < _detcoll.size():
             raise detcoll.InvalidArgumentError(
                 f"{call}: root_rank {root_rank} is not a rank of a world of {_detcoll.size()}")
         return dtype
 
-    dtype = _checked(call, checks, [full])
+    dtype = _checked(call, checks, [full], place)
     out = tensor if in_place else tensor.clone()
 
     def steps():
         buf = _carrier(out)
         yield _enqueue(_detcoll.REQUEST_BROADCAST, None, buf, buf.numel(), dtype, full,
-                       root=int(root_rank), shape=_shape(out), keep=(buf, out))
+                       root=int(root_rank), shape=_shape(out), keep=(buf, out), place=place)
         if buf is not out:
             out.copy_(buf)
         return out
@@ -516,16 +576,16 @@ def _gatherable(tensor, call):
     return dtype
 
 
-def _allgather_steps(tensors, names):
+def _allgather_steps(tensors, names, place):
     """Gathers each tensor along dimension 0. First every rank's row counts ("<name>.sizes");
     then the rows, padded to the longest rank's when ranks differ. Returns (outputs, rows) with
     rows[i] = every rank's row count of tensor i."""
-    size = _detcoll.size()
+    size = place.size
     carriers = [_carrier(t) for t in tensors]
     mine = [torch.tensor([t.shape[0]], dtype=torch.int64) for t in tensors]
     counts = [torch.empty(size, dtype=torch.int64) for _ in tensors]
     yield [_enqueue(_detcoll.REQUEST_ALLGATHER, m, c, 1, DTYPES[torch.int64], n + ".sizes",
-                    shape=[], keep=(m, c)) for m, c, n in zip(mine, counts, names)]
+                    shape=[], keep=(m, c), place=place) for m, c, n in zip(mine, counts, names)]
     rows = [c.tolist() for c in counts]
     staged, requests = [], []
     for c, r, n in zip(carriers, rows, names):
@@ -537,7 +597,8 @@ def _allgather_steps(tensors, names):
             src[:c.shape[0]] = c
         dst = torch.empty((size * widest,) + rest, dtype=c.dtype)
         requests.append(_enqueue(_detcoll.REQUEST_ALLGATHER, src, dst, src.numel(),
-                                 DTYPES[c.dtype], n, shape=list(rest), keep=(src, dst)))
+                                 DTYPES[c.dtype], n, shape=list(rest), keep=(src, dst),
+                                 place=place))
         staged.append((dst, widest))
     yield requests
     outputs = []
@@ -555,17 +616,18 @@ def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows
     base = _op_name(prefix, name)
     names = [base] if prefix == "allgather" else _group_names(base, len(tensors))
 
+    place = _placement(process_set, call)
+
     def checks():
-        _check_process_set(process_set, call)
         if not tensors:
             raise detcoll.InvalidArgumentError(f"{call}: no tensors")
         for t in tensors:
             _gatherable(t, call)
 
-    _checked(call, checks, [n + ".sizes" for n in names])
+    _checked(call, checks, [n + ".sizes" for n in names], place)
 
     def steps():
-        outputs, rows = yield from _allgather_steps(tensors, names)
+        outputs, rows = yield from _allgather_steps(tensors, names, place)
         return (outputs, rows) if with_rows else outputs
 
     return _Handle(steps())
@@ -601,8 +663,9 @@ def _reducescatter_async(tensors, name, op, process_set, prescale, postscale, pr
     base = _op_name(prefix, name)
     names = [base] if prefix == "reducescatter" else _group_names(base, len(tensors))
 
+    place = _placement(process_set, call)
+
     def checks():
-        _check_process_set(process_set, call)
         if op not in (Sum, Average):
             raise detcoll.InvalidArgumentError(
                 f"{call}: op={_OP_NAMES.get(op, op)} is not supported; reducescatter reduces "
@@ -615,8 +678,8 @@ def _reducescatter_async(tensors, name, op, process_set, prescale, postscale, pr
                 raise detcoll.InvalidArgumentError(
                     f"{call}: a 0-d tensor cannot be scattered along dimension 0")
 
-    _checked(call, checks, names)
-    size, rank = _detcoll.size(), _detcoll.rank()
+    _checked(call, checks, names, place)
+    size, rank = place.size, place.rank
 
     def steps():
         requests, outs = [], []
@@ -633,7 +696,7 @@ def _reducescatter_async(tensors, name, op, process_set, prescale, postscale, pr
             requests.append(_enqueue(
                 _detcoll.REQUEST_REDUCESCATTER, src, out, src.numel(), DTYPES[t.dtype], n,
                 op=Sum if integer_average else op, shape=_shape(t),
-                counts=[k * row for k in rows], keep=(src, out)))
+                counts=[k * row for k in rows], keep=(src, out), place=place))
             outs.append((out, integer_average))
         yield requests
         results = []
@@ -677,11 +740,12 @@ def _alltoall_async(tensor, splits, name, process_set, call):
     full = _op_name("alltoall", name)
     size = None
 
+    place = _placement(process_set, call)
+
     def checks():
         nonlocal size
-        _check_process_set(process_set, call)
         dtype = _move_dtype(tensor, call, "exchanges")
-        size = _detcoll.size()
+        size = place.size
         if tensor.dim() == 0:
             raise detcoll.InvalidArgumentError(f"{call}: a 0-d tensor cannot be split")
         if splits is None:
@@ -711,14 +775,14 @@ def _alltoall_async(tensor, splits, name, process_set, call):
                     f"the tensor ({tensor.shape[0]})")
         return dtype, mine
 
-    dtype, mine = _checked(call, checks, [full + ".splits"])
-    rank = _detcoll.rank()
+    dtype, mine = _checked(call, checks, [full + ".splits"], place)
+    rank = place.rank
 
     def steps():
         sent = torch.tensor(mine, dtype=torch.int64)
         matrix = torch.empty((size, size), dtype=torch.int64)
         yield _enqueue(_detcoll.REQUEST_ALLGATHER, sent, matrix, size, DTYPES[torch.int64],
-                       full + ".splits", shape=[size], keep=(sent, matrix))
+                       full + ".splits", shape=[size], keep=(sent, matrix), place=place)
         received = matrix[:, rank].tolist()
         rest = tuple(tensor.shape[1:])
         row = 1
@@ -730,7 +794,7 @@ def _alltoall_async(tensor, splits, name, process_set, call):
         dst = torch.empty((sum(received),) + rest, dtype=src.dtype)
         yield _enqueue(_detcoll.REQUEST_ALLTOALL, src, dst, 0, dtype, full, shape=list(rest),
                        counts=[k * row for k in mine], recvcounts=[k * row for k in received],
-                       keep=(src, dst))
+                       keep=(src, dst), place=place)
         out = dst.to(tensor.dtype) if dst.dtype != tensor.dtype else dst
         received_splits = torch.tensor(received, dtype=torch.int32)
         return out, received_splits
@@ -752,36 +816,20 @@ def alltoall_plain(tensor, splits=None, name=None, process_set=global_process_se
 
 def barrier(process_set=global_process_set):
     """Returns once every rank has called barrier (a one-element allreduce "barrier.<n>")."""
-    with _counter_lock:
-        name = f"barrier.{next(_barriers)}"
-    _checked("barrier", lambda: _check_process_set(process_set, "barrier"), [name])
+    place = _placement(process_set, "barrier")
+    with _counter_lock:  # one sequence per set: a rank may be in sets the others are not
+        n = _barriers[place.id] = _barriers.get(place.id, 0) + 1
+    name = f"barrier.{place.id}.{n}"
     token = torch.zeros(1, dtype=torch.int32)
     _enqueue(_detcoll.REQUEST_ALLREDUCE, token, token, 1, DTYPES[torch.int32], name,
-             shape=[1], keep=(token,)).wait()
+             shape=[1], keep=(token,), place=place).wait()
 
 
 def join(device=-1):
-    raise detcoll.InvalidArgumentError(
-        "join: hvd.join() is not supported yet by detcoll.torch (ranks that run out of data "
-        "cannot yet take part in the others' allreduces with zeros); give every rank the same "
-        "number of steps")
-
-
-def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Horovod's sparse allreduce: allgathers of the indices and the values; returns a callable
-    that gives the (uncoalesced) sparse result."""
-    t = tensor
-    idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices",
-                          process_set=process_set)
-    val = allgather_async(t._values().contiguous(), name=f"{name}.values",
-                          process_set=process_set)
-
-    def handle():
-        values = synchronize(val)
-        indices = synchronize(idx)
-        if op == Average:
-            values = values / _detcoll.size()
-        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
-
-    return handle
-
+    """Horovod's join, for a rank that ran out of data: blocks until every rank has joined,
+    meanwhile taking part in the others' allreduces (of the global set) with zeros, so that
+    their averages still divide by size(); their other collectives fail naming the ranks that
+    joined (docs/design.md, "Join"). Returns the rank that joined last. `device` is accepted for
+    Horovod's signature: the zeros are on the CPU."""
+    _require_init("join")
+    return _detcoll.join()
