@@ -61,6 +61,8 @@ layer uses the local batch's statistics, as Horovod's does. A local check that f
 others do not wait for it.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -162,7 +164,7 @@ class _SyncBatchNorm(torch.autograd.Function):
         dtype = _compute_dtype(input.dtype)
         x = input.detach().to(dtype).contiguous()
         n, c = x.shape[0], x.shape[1]
-        x3 = x.reshape(n, c, -1)
+        x3 = x.reshape(n, c, math.prod(x.shape[2:]))  # not -1: a rank may hold no samples
         counts = _gather_counts(n, n * x3.shape[2])
         total = sum(e for _, e in counts)
         if total <= 1:
@@ -187,7 +189,7 @@ class _SyncBatchNorm(torch.autograd.Function):
                               .to(running_var.dtype))
 
         y = xmu * _per_channel(invstd)
-        w = b = None
+        w = None
         if weight is not None:
             w = weight.detach().to(dtype)
             y = y * _per_channel(w)
