@@ -41,10 +41,11 @@ How the bits are made (docs/design.md, "The determinism contract"):
   invariant.
 - Leaf limits. A rank may hold at most 65535 leaves and invariant mode takes at most 65536 over
   all ranks. Every rank learns every rank's sample count (one allgather), and all choose the
-  same group size g, the smallest that fits (1 for any batch of up to 65536 - ranks samples);
-  with g > 1 a leaf is the ops.sum of g consecutive local samples' leaves (the last group
-  padded with zeros), so world-size invariance then needs every rank's share to be a multiple
-  of g. A rank with no samples contributes one leaf of zeros.
+  same group size g, the smallest that fits: g = 1 (a leaf per sample) while no rank holds more
+  than 65535 samples and the samples, plus one for each rank that holds none, number at most
+  65536. With g > 1 a leaf is the ops.sum of g consecutive local samples' leaves (the last
+  group padded with zeros), so world-size invariance then needs every rank's share to be a
+  multiple of g. A rank with no samples contributes one leaf of zeros.
 - Order. allreduce_leaves is a blocking collective paired by call order: every rank must run
   its SyncBatchNorm layers (forward and backward) in the same order, from the thread that called
   init. PyTorch runs the backward of CPU tensors on the thread that calls backward(). The
