@@ -18,13 +18,13 @@ This module has no autograd; detcoll.torch wraps the blocking ops in autograd Fu
 """
 
 import itertools
-import queue
 import threading
 
 import torch
 
 import detcoll
 from detcoll import _detcoll
+from detcoll.torch._handles import _Handle, _single, poll, synchronize  # noqa: F401
 from detcoll.torch._tensors import DTYPES, checked_dtype
 
 # ---- reduction ops ----
@@ -280,115 +280,6 @@ def _enqueue(kind, send, recv, count, dtype, name, op=Sum, root=0, shape=None, c
     return request
 
 
-# ---- handles ----
-
-class _Handle:
-    """An asynchronous op: a generator that enqueues its requests and yields them (a Request or
-    a list), is resumed once they have completed, and returns the op's output."""
-
-    def __init__(self, steps):
-        self._steps = steps
-        self._requests = []
-        self._done = False
-        self._output = None
-        self._error = None
-        self._advance(first=True)
-
-    def _advance(self, first=False):
-        try:
-            pending = next(self._steps) if first else self._steps.send(None)
-        except StopIteration as stop:
-            self._done, self._output, self._requests = True, stop.value, []
-            return
-        except detcoll.Error as e:
-            if first:
-                raise
-            self._done, self._error, self._requests = True, e, []
-            return
-        self._requests = pending if isinstance(pending, list) else [pending]
-
-    def _wait_step(self):
-        error = None
-        for r in self._requests:
-            try:
-                r.wait()
-            except detcoll.Error as e:
-                error = error or e
-        if error is not None:
-            self._done, self._error, self._requests = True, error, []
-            self._steps.close()
-        else:
-            self._advance()
-
-    def poll(self):
-        while not self._done and all(r.poll() for r in self._requests):
-            self._wait_step()  # completed: returns at once, and enqueues the next step if any
-        return self._done
-
-    def synchronize(self):
-        while not self._done:
-            self._wait_step()
-        if self._error is not None:
-            raise self._error
-        return self._output
-
-    def __del__(self):
-        # Dropped unwaited: its remaining steps still run (the other ranks may wait for them).
-        try:
-            if not self._done:
-                _Drainer.take(self)
-        except Exception:  # noqa: BLE001 (interpreter shutdown)
-            pass
-
-
-class _Drainer:
-    """The thread that completes dropped handles' remaining steps, swallowing their errors."""
-
-    _queue = None
-    _lock = threading.Lock()
-
-    @classmethod
-    def take(cls, handle):
-        state = _Handle.__new__(_Handle)  # the dropped handle's state, kept alive here
-        state.__dict__.update(handle.__dict__)
-        handle._done = True
-        with cls._lock:
-            if cls._queue is None:
-                cls._queue = queue.Queue()
-                threading.Thread(target=cls._run, name="detcoll.torch.drainer",
-                                 daemon=True).start()
-        cls._queue.put(state)
-
-    @classmethod
-    def _run(cls):
-        while True:
-            state = cls._queue.get()
-            try:
-                while not state._done:
-                    state._wait_step()
-            except Exception:  # noqa: BLE001 (nobody waits for a dropped handle's outcome)
-                pass
-            state._done = True  # its __del__ must not hand it back
-            del state
-
-
-def synchronize(handle):
-    """Waits for an asynchronous op and returns its output (a tuple for grouped ops,
-    (output, received_splits) for alltoall). Raises the op's error, on every rank."""
-    if callable(handle) and not isinstance(handle, _Handle):
-        return None  # Horovod's sparse_allreduce_async returns a callable
-    if not isinstance(handle, _Handle):
-        raise detcoll.InvalidArgumentError("synchronize: not a handle of detcoll.torch")
-    return handle.synchronize()
-
-
-def poll(handle):
-    """True once the op has completed (never waits; may enqueue an op's next exchange)."""
-    if not isinstance(handle, _Handle):
-        raise detcoll.InvalidArgumentError("poll: not a handle of detcoll.torch")
-    return handle.poll()
-
-
 # ---- allreduce ----
 
 def _allreduce_steps(tensors, outs, names, op, prescale, postscale, place):
@@ -443,24 +334,6 @@ def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postsc
     outs = tensors if in_place else [torch.empty_like(t) for t in tensors]
     return _Handle(_allreduce_steps(tensors, outs, names, checked_op, prescale_factor,
                                     postscale_factor, place))
-
-
-def _single(handle):
-    """A handle whose output is the only tensor of `handle`'s."""
-    def one():
-        outputs = yield from _relay(handle)
-        return outputs[0]
-    return _Handle(one())
-
-
-def _relay(handle):
-    """Yields a handle's remaining requests and returns its output."""
-    while not handle._done:
-        yield handle._requests  # the caller waits for them
-        handle._advance()
-    if handle._error is not None:
-        raise handle._error
-    return handle._output
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -566,252 +439,6 @@ def broadcast_plain(tensor, root_rank, name=None, process_set=global_process_set
     return synchronize(_broadcast_async(tensor, root_rank, name, process_set, False, call))
 
 
-# ---- allgather ----
-
-def _gatherable(tensor, call):
-    dtype = _move_dtype(tensor, call, "gathers")
-    if tensor.dim() == 0:
-        raise detcoll.InvalidArgumentError(
-            f"{call}: a 0-d tensor cannot be gathered along dimension 0; reshape it to (1,)")
-    return dtype
-
-
-def _allgather_steps(tensors, names, place):
-    """Gathers each tensor along dimension 0. First every rank's row counts ("<name>.sizes");
-    then the rows, padded to the longest rank's when ranks differ. Returns (outputs, rows) with
-    rows[i] = every rank's row count of tensor i."""
-    size = place.size
-    carriers = [_carrier(t) for t in tensors]
-    mine = [torch.tensor([t.shape[0]], dtype=torch.int64) for t in tensors]
-    counts = [torch.empty(size, dtype=torch.int64) for _ in tensors]
-    yield [_enqueue(_detcoll.REQUEST_ALLGATHER, m, c, 1, DTYPES[torch.int64], n + ".sizes",
-                    shape=[], keep=(m, c), place=place) for m, c, n in zip(mine, counts, names)]
-    rows = [c.tolist() for c in counts]
-    staged, requests = [], []
-    for c, r, n in zip(carriers, rows, names):
-        widest = max(r)
-        rest = tuple(c.shape[1:])
-        src = c
-        if c.shape[0] != widest:
-            src = torch.zeros((widest,) + rest, dtype=c.dtype)
-            src[:c.shape[0]] = c
-        dst = torch.empty((size * widest,) + rest, dtype=c.dtype)
-        requests.append(_enqueue(_detcoll.REQUEST_ALLGATHER, src, dst, src.numel(),
-                                 DTYPES[c.dtype], n, shape=list(rest), keep=(src, dst),
-                                 place=place))
-        staged.append((dst, widest))
-    yield requests
-    outputs = []
-    for (dst, widest), r, t in zip(staged, rows, tensors):
-        if all(k == widest for k in r):
-            out = dst
-        else:
-            out = torch.cat([dst[k * widest:k * widest + r[k]] for k in range(size)])
-        outputs.append(out.to(t.dtype) if out.dtype != t.dtype else out)
-    return tuple(outputs), rows
-
-
-def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows=False):
-    tensors = list(tensors)
-    base = _op_name(prefix, name)
-    names = [base] if prefix == "allgather" else _group_names(base, len(tensors))
-
-    place = _placement(process_set, call)
-
-    def checks():
-        if not tensors:
-            raise detcoll.InvalidArgumentError(f"{call}: no tensors")
-        for t in tensors:
-            _gatherable(t, call)
-
-    _checked(call, checks, [n + ".sizes" for n in names], place)
-
-    def steps():
-        outputs, rows = yield from _allgather_steps(tensors, names, place)
-        return (outputs, rows) if with_rows else outputs
-
-    return _Handle(steps())
-
-
-def allgather_async(tensor, name=None, process_set=global_process_set):
-    return _single(_grouped_allgather_async([tensor], name, process_set, "allgather",
-                                            "allgather_async"))
-
-
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    return _grouped_allgather_async(tensors, name, process_set, "grouped_allgather",
-                                    "grouped_allgather_async")
-
-
-def allgather_with_rows(tensors, name=None, process_set=global_process_set, call="allgather",
-                        grouped=False):
-    """(outputs, every rank's row counts per tensor), blocking; for autograd."""
-    prefix = "grouped_allgather" if grouped else "allgather"
-    return synchronize(_grouped_allgather_async(tensors, name, process_set, prefix, call,
-                                                with_rows=True))
-
-
-# ---- reducescatter ----
-
-def _split_rows(n, size):
-    """Horovod's split of dimension 0: the first n % size ranks get one row more."""
-    return [n // size + (1 if r < n % size else 0) for r in range(size)]
-
-
-def _reducescatter_async(tensors, name, op, process_set, prescale, postscale, prefix, call):
-    tensors = list(tensors)
-    base = _op_name(prefix, name)
-    names = [base] if prefix == "reducescatter" else _group_names(base, len(tensors))
-
-    place = _placement(process_set, call)
-
-    def checks():
-        if op not in (Sum, Average):
-            raise detcoll.InvalidArgumentError(
-                f"{call}: op={_OP_NAMES.get(op, op)} is not supported; reducescatter reduces "
-                "with Sum or Average (as in Horovod)")
-        if not tensors:
-            raise detcoll.InvalidArgumentError(f"{call}: no tensors")
-        for t in tensors:
-            _reduce_dtype(t, call)
-            if t.dim() == 0:
-                raise detcoll.InvalidArgumentError(
-                    f"{call}: a 0-d tensor cannot be scattered along dimension 0")
-
-    _checked(call, checks, names, place)
-    size, rank = place.size, place.rank
-
-    def steps():
-        requests, outs = [], []
-        for t, n in zip(tensors, names):
-            src = _scale(t, prescale)
-            if not src.is_contiguous():
-                src = src.contiguous()
-            rows = _split_rows(t.shape[0], size)
-            row = 1
-            for d in t.shape[1:]:
-                row *= int(d)
-            integer_average = op == Average and not t.is_floating_point()
-            out = torch.empty((rows[rank],) + tuple(t.shape[1:]), dtype=t.dtype)
-            requests.append(_enqueue(
-                _detcoll.REQUEST_REDUCESCATTER, src, out, src.numel(), DTYPES[t.dtype], n,
-                op=Sum if integer_average else op, shape=_shape(t),
-                counts=[k * row for k in rows], keep=(src, out), place=place))
-            outs.append((out, integer_average))
-        yield requests
-        results = []
-        for out, integer_average in outs:
-            if integer_average:
-                out = _scale(out, float(postscale) / size)
-            else:
-                out = _scale(out, postscale)
-            results.append(out)
-        return tuple(results)
-
-    return _Handle(steps())
-
-
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    return _single(_reducescatter_async([tensor], name, op, process_set, prescale_factor,
-                                         postscale_factor, "reducescatter",
-                                         "reducescatter_async"))
-
-
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
-    return _reducescatter_async(tensors, name, op, process_set, prescale_factor,
-                                postscale_factor, "grouped_reducescatter",
-                                "grouped_reducescatter_async")
-
-
-def reducescatter_plain(tensors, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0, call="reducescatter",
-                        grouped=False):
-    prefix = "grouped_reducescatter" if grouped else "reducescatter"
-    return list(synchronize(_reducescatter_async(tensors, name, op, process_set,
-                                                 prescale_factor, postscale_factor, prefix,
-                                                 call)))
-
-
-# ---- alltoall ----
-
-def _alltoall_async(tensor, splits, name, process_set, call):
-    full = _op_name("alltoall", name)
-    size = None
-
-    place = _placement(process_set, call)
-
-    def checks():
-        nonlocal size
-        dtype = _move_dtype(tensor, call, "exchanges")
-        size = place.size
-        if tensor.dim() == 0:
-            raise detcoll.InvalidArgumentError(f"{call}: a 0-d tensor cannot be split")
-        if splits is None:
-            if tensor.shape[0] % size != 0:
-                raise detcoll.InvalidArgumentError(
-                    f"{call}: splits not provided, but the first dimension of the tensor "
-                    f"({tensor.shape[0]}) is not an even multiple of the number of workers "
-                    f"({size})")
-            mine = [tensor.shape[0] // size] * size
-        else:
-            if isinstance(splits, torch.Tensor):
-                if splits.dim() != 1:
-                    raise detcoll.InvalidArgumentError(f"{call}: expects a 1-D splits tensor")
-                if splits.dtype != torch.int32:
-                    raise detcoll.InvalidArgumentError(
-                        f"{call}: expects splits to contain 32-bit integer elements")
-            mine = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor)
-                                     else splits)]
-            if len(mine) != size:
-                raise detcoll.InvalidArgumentError(
-                    f"{call}: {len(mine)} entries in splits for {size} workers")
-            if any(s < 0 for s in mine):
-                raise detcoll.InvalidArgumentError(f"{call}: negative entry in splits {mine}")
-            if sum(mine) > tensor.shape[0]:
-                raise detcoll.InvalidArgumentError(
-                    f"{call}: the sum of splits {mine} is greater than the first dimension of "
-                    f"the tensor ({tensor.shape[0]})")
-        return dtype, mine
-
-    dtype, mine = _checked(call, checks, [full + ".splits"], place)
-    rank = place.rank
-
-    def steps():
-        sent = torch.tensor(mine, dtype=torch.int64)
-        matrix = torch.empty((size, size), dtype=torch.int64)
-        yield _enqueue(_detcoll.REQUEST_ALLGATHER, sent, matrix, size, DTYPES[torch.int64],
-                       full + ".splits", shape=[size], keep=(sent, matrix), place=place)
-        received = matrix[:, rank].tolist()
-        rest = tuple(tensor.shape[1:])
-        row = 1
-        for d in rest:
-            row *= int(d)
-        src = _carrier(tensor[:sum(mine)])
-        if not src.is_contiguous():
-            src = src.contiguous()
-        dst = torch.empty((sum(received),) + rest, dtype=src.dtype)
-        yield _enqueue(_detcoll.REQUEST_ALLTOALL, src, dst, 0, dtype, full, shape=list(rest),
-                       counts=[k * row for k in mine], recvcounts=[k * row for k in received],
-                       keep=(src, dst), place=place)
-        out = dst.to(tensor.dtype) if dst.dtype != tensor.dtype else dst
-        received_splits = torch.tensor(received, dtype=torch.int32)
-        return out, received_splits
-
-    return _Handle(steps())
-
-
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    return _alltoall_async(tensor, splits, name, process_set, "alltoall_async")
-
-
-def alltoall_plain(tensor, splits=None, name=None, process_set=global_process_set,
-                   call="alltoall"):
-    """(output, received_splits), blocking."""
-    return synchronize(_alltoall_async(tensor, splits, name, process_set, call))
-
-
 # ---- control ----
 
 def barrier(process_set=global_process_set):
@@ -833,3 +460,11 @@ def join(device=-1):
     Horovod's signature: the zeros are on the CPU."""
     _require_init("join")
     return _detcoll.join()
+
+
+# Allgather, reducescatter and alltoall: the ops of two exchanges (they import this module's
+# helpers, which are all defined by now).
+from detcoll.torch._exchanges import (  # noqa: E402,F401
+    _split_rows, allgather_async, allgather_with_rows, alltoall_async, alltoall_plain,
+    grouped_allgather_async, grouped_reducescatter_async, reducescatter_async,
+    reducescatter_plain)
