@@ -81,9 +81,20 @@ _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _NAME = "detcoll.sync_batch_norm"
 
 
-def _hvd():
-    import detcoll.torch as hvd  # late: detcoll.torch may import this module
-    return hvd
+def _checked(call, checks, name):
+    """Runs the layer's local checks. When they fail on this rank, it still joins the layer's
+    first collective (a blocking allgather named `name`) as rejected with the message
+    (detcoll_reject_next_call), so every rank raises the same InvalidArgumentError instead of
+    the others waiting for this one."""
+    if _detcoll.size() < 0:
+        raise detcoll.NotInitializedError(f"{call} called before detcoll.torch.init()")
+    try:
+        return checks()
+    except detcoll.InvalidArgumentError as e:
+        error = e
+    _detcoll.reject_next_call(str(error))
+    _detcoll.allgather(0, 0, 0, _detcoll.FLOAT32, name)  # raises the rejection, on every rank
+    raise error  # not reached
 
 
 def _compute_dtype(dtype):
@@ -149,7 +160,7 @@ def _reduce_leaves(leaves, g, name):
 def _gather_counts(samples, elements):
     """Every rank's [samples, elements per channel], by one allgather (int64)."""
     mine = torch.tensor([samples, elements], dtype=torch.int64)
-    size = _hvd().size()
+    size = _detcoll.size()
     out = torch.empty(2 * size, dtype=torch.int64)
     _detcoll.allgather(mine.data_ptr(), out.data_ptr(), 2, _detcoll.INT64, _NAME + ".count")
     return out.reshape(size, 2).tolist()
@@ -254,9 +265,8 @@ class SyncBatchNorm(_BatchNorm):
             return F.batch_norm(input, self.running_mean, self.running_var, self.weight,
                                 self.bias, not self.track_running_stats, 0.0, self.eps)
 
-        hvd = _hvd()
-        hvd._checked("SyncBatchNorm", lambda: _check_input(input, self.num_features),
-                     hvd._join_allgather(_NAME + ".count"))
+        _checked("SyncBatchNorm", lambda: _check_input(input, self.num_features),
+                 _NAME + ".count")
         factor = 0.0
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)
