@@ -4,6 +4,7 @@ asynchronous variants, refusals, errors on every rank, and the gradients of the 
 (float64, against the formulas computed here from every rank's inputs)."""
 
 import math
+import time
 import zlib
 
 import pytest
@@ -384,6 +385,31 @@ def test_a_blocking_call_pairs_with_an_asynchronous_one():
     assert torch.equal(gathered, torch.cat([x[:r + 1] for r, x in enumerate(xs)]).reshape(-1, 1))
     assert torch.equal(out, torch.stack([x[rank] for x in xs]))
     assert received.tolist() == [1] * size
+
+
+def test_two_exchange_ops_complete_whatever_order_ranks_synchronize_them():
+    """Allgathers and alltoalls take two exchanges (the counts, then the data). Each rank here
+    synchronizes its ops in an order of its own (rank r starts at op r): if an op's second
+    exchange waited for its own synchronize(), rank 0 would wait in op 0's data for rank 1,
+    which waits in op 1's for rank 0. Horovod completes them in any order, so must detcoll, well
+    within the stall limit; every output is checked against the inputs."""
+    size, rank = hvd.size(), hvd.rank()
+    ops = []
+    for k in range(4):
+        rows = [torch.full((r + k + 1, 2), float(10 * k + r)) for r in range(size)]
+        ops.append(("ag", rows, hvd.allgather_async(rows[rank], name=f"order.ag{k}")))
+        data = [torch.arange(2 * size, dtype=torch.float64) + 100 * r + k for r in range(size)]
+        ops.append(("a2a", data, hvd.alltoall_async(data[rank], name=f"order.a2a{k}")))
+    start = time.monotonic()
+    for i in range(len(ops)):
+        kind, inputs, handle = ops[(i + 2 * rank) % len(ops)]
+        if kind == "ag":
+            assert torch.equal(hvd.synchronize(handle), torch.cat(inputs))
+        else:
+            out, received = hvd.synchronize(handle)
+            assert torch.equal(out, torch.cat([d[2 * rank:2 * rank + 2] for d in inputs]))
+            assert received.tolist() == [2] * size
+    assert time.monotonic() - start < 30
 
 
 def test_a_dropped_handle_does_not_block_and_still_takes_part():

@@ -56,7 +56,8 @@ def _allgather_steps(tensors, names, place):
     return tuple(outputs), rows
 
 
-def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows=False):
+def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows=False,
+                             more_checks=None):
     tensors = list(tensors)
     base = _op_name(prefix, name)
     names = [base] if prefix == "allgather" else _group_names(base, len(tensors))
@@ -64,6 +65,8 @@ def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows
     place = _placement(process_set, call)
 
     def checks():
+        if more_checks is not None:
+            more_checks()
         if not tensors:
             raise detcoll.InvalidArgumentError(f"{call}: no tensors")
         for t in tensors:
@@ -75,7 +78,7 @@ def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows
         outputs, rows = yield from _allgather_steps(tensors, names, place)
         return (outputs, rows) if with_rows else outputs
 
-    return _Handle(steps())
+    return _Handle(steps(), exchanges=2)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -244,7 +247,7 @@ def _alltoall_async(tensor, splits, name, process_set, call):
         received_splits = torch.tensor(received, dtype=torch.int32)
         return out, received_splits
 
-    return _Handle(steps())
+    return _Handle(steps(), exchanges=2)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):

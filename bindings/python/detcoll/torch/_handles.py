@@ -1,24 +1,43 @@
-"""The handles of detcoll.torch's asynchronous ops (mpi_ops.py): an op is a generator of its
-requests, resumed as they complete; a dropped handle's remaining steps run on a background
-thread, so that the other ranks are never left waiting for them."""
+"""The handles of detcoll.torch's asynchronous ops (mpi_ops.py, _exchanges.py).
 
-import queue
+An op is a generator of its exchanges: it enqueues a step's requests and yields them, is
+resumed once they have completed, and returns the op's output. Allgather and alltoall take two
+exchanges (the row counts or splits, then the data), and the second must be enqueued as soon as
+the first completes, whatever the caller does meanwhile: if it waited for the caller's
+synchronize(), two ranks that synchronize two such ops in opposite orders would each wait for
+the other's second exchange (docs/design.md, "Asynchronous ops in Python"). So a handle with
+exchanges still to enqueue is watched by one progress thread, which polls their requests and
+enqueues the next step when they complete; a caller's synchronize() advances its own handle at
+once, without waiting for that thread. A dropped handle stays watched until it completes, so the
+other ranks are never left waiting for its exchanges."""
+
 import threading
+import time
 
 import detcoll
 
 
 class _Handle:
-    """An asynchronous op: a generator that enqueues its requests and yields them (a Request or
-    a list), is resumed once they have completed, and returns the op's output."""
+    """An asynchronous op. `exchanges` is the number of steps its generator yields; the progress
+    thread watches it until the last one is enqueued."""
 
-    def __init__(self, steps):
+    def __init__(self, steps, exchanges=1):
         self._steps = steps
+        self._exchanges = exchanges
+        self._enqueued = 0
+        self._lock = threading.Lock()  # one thread advances the op at a time
         self._requests = []
         self._done = False
         self._output = None
         self._error = None
+        self._first_only = False  # the output is the first tensor of the op's tuple
+        self._dropped = False
         self._advance(first=True)
+        if self._watched():
+            _Progress.watch(self)
+
+    def _watched(self):
+        return not self._done and (self._dropped or self._enqueued < self._exchanges)
 
     def _advance(self, first=False):
         try:
@@ -31,9 +50,11 @@ class _Handle:
                 raise
             self._done, self._error, self._requests = True, e, []
             return
+        self._enqueued += 1
         self._requests = pending if isinstance(pending, list) else [pending]
 
     def _wait_step(self):
+        """Waits for the current step's requests and enqueues the next step. Lock held."""
         error = None
         for r in self._requests:
             try:
@@ -46,56 +67,90 @@ class _Handle:
         else:
             self._advance()
 
+    def _step_if_ready(self):
+        """For the progress thread: advances the op if its step has completed and no other thread
+        is advancing it. Never waits. True if it advanced."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._done or not all(r.poll() for r in self._requests):
+                return False
+            self._wait_step()  # completed: returns at once
+            return True
+        finally:
+            self._lock.release()
+
     def poll(self):
-        while not self._done and all(r.poll() for r in self._requests):
-            self._wait_step()  # completed: returns at once, and enqueues the next step if any
-        return self._done
+        with self._lock:
+            while not self._done and all(r.poll() for r in self._requests):
+                self._wait_step()  # completed: returns at once, and enqueues the next step
+            return self._done
 
     def synchronize(self):
-        while not self._done:
-            self._wait_step()
+        with self._lock:
+            while not self._done:
+                self._wait_step()
         if self._error is not None:
             raise self._error
-        return self._output
+        return self._output[0] if self._first_only else self._output
 
     def __del__(self):
         # Dropped unwaited: its remaining steps still run (the other ranks may wait for them).
         try:
             if not self._done:
-                _Drainer.take(self)
+                state = _Handle.__new__(_Handle)  # the dropped op's state, kept alive there
+                state.__dict__.update(self.__dict__)
+                state._dropped = True
+                self._done = True
+                _Progress.watch(state)
         except Exception:  # noqa: BLE001 (interpreter shutdown)
             pass
 
 
-class _Drainer:
-    """The thread that completes dropped handles' remaining steps, swallowing their errors."""
+class _Progress:
+    """The thread that enqueues watched ops' next exchanges as their steps complete, and finishes
+    dropped ops. It polls with a backoff of 50 us to 1 ms while some op is watched and sleeps
+    otherwise; errors of dropped ops are nobody's and are dropped with them."""
 
-    _queue = None
-    _lock = threading.Lock()
+    _cond = threading.Condition()
+    _watched = []
+    _thread = None
+    _SHORTEST, _LONGEST = 50e-6, 1e-3
 
     @classmethod
-    def take(cls, handle):
-        state = _Handle.__new__(_Handle)  # the dropped handle's state, kept alive here
-        state.__dict__.update(handle.__dict__)
-        handle._done = True
-        with cls._lock:
-            if cls._queue is None:
-                cls._queue = queue.Queue()
-                threading.Thread(target=cls._run, name="detcoll.torch.drainer",
-                                 daemon=True).start()
-        cls._queue.put(state)
+    def watch(cls, handle):
+        with cls._cond:
+            cls._watched.append(handle)
+            if cls._thread is None:
+                cls._thread = threading.Thread(target=cls._run, name="detcoll.torch.progress",
+                                               daemon=True)
+                cls._thread.start()
+            cls._cond.notify()
 
     @classmethod
     def _run(cls):
+        pause = cls._SHORTEST
         while True:
-            state = cls._queue.get()
-            try:
-                while not state._done:
-                    state._wait_step()
-            except Exception:  # noqa: BLE001 (nobody waits for a dropped handle's outcome)
-                pass
-            state._done = True  # its __del__ must not hand it back
-            del state
+            with cls._cond:
+                while not cls._watched:
+                    cls._cond.wait()
+                    pause = cls._SHORTEST
+                watched = list(cls._watched)
+            progressed = False
+            for handle in watched:
+                try:
+                    progressed |= handle._step_if_ready()
+                except Exception:  # noqa: BLE001 (a dropped op's failure: nobody waits for it)
+                    handle._done = True
+            with cls._cond:
+                cls._watched = [h for h in cls._watched if h._watched()]
+                if not cls._watched:
+                    continue
+            if progressed:
+                pause = cls._SHORTEST
+            else:
+                time.sleep(pause)
+                pause = min(2 * pause, cls._LONGEST)
 
 
 def synchronize(handle):
@@ -116,18 +171,6 @@ def poll(handle):
 
 
 def _single(handle):
-    """A handle whose output is the only tensor of `handle`'s."""
-    def one():
-        outputs = yield from _relay(handle)
-        return outputs[0]
-    return _Handle(one())
-
-
-def _relay(handle):
-    """Yields a handle's remaining requests and returns its output."""
-    while not handle._done:
-        yield handle._requests  # the caller waits for them
-        handle._advance()
-    if handle._error is not None:
-        raise handle._error
-    return handle._output
+    """`handle`, whose output becomes the only tensor of its op's tuple."""
+    handle._first_only = True
+    return handle

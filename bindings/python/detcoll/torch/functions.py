@@ -277,36 +277,35 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     other op sums."""
     hvd = _require_init("sparse_allreduce_async")
     _global_only(process_set, "sparse_allreduce_async")
-    if not tensor.is_sparse:
-        raise detcoll.InvalidArgumentError(
-            f"sparse_allreduce_async: expected a sparse COO tensor, got layout {tensor.layout}")
+    from detcoll.torch._exchanges import _grouped_allgather_async
+
+    def sparse():
+        if not tensor.is_sparse:
+            raise detcoll.InvalidArgumentError(
+                f"sparse_allreduce_async: expected a sparse COO tensor, got layout "
+                f"{tensor.layout}")
+
     name = str(name)
-    indices, values = _local_sum(tensor)
+    if tensor.is_sparse:
+        indices, values = _local_sum(tensor)
+    else:  # refused on every rank by the allgather's checks (sparse())
+        indices, values = torch.zeros((1, 0), dtype=torch.int64), torch.zeros(0)
     rest = tuple(values.shape[1:])
-    # Ranks differ in their count of indices: gather the counts, then pad to the widest so that
-    # the gathers of indices and values have one shape on every rank and can run in flight.
-    counts = hvd.allgather(torch.tensor([indices.shape[1]], dtype=torch.int64),
-                           name=f"{name}.nnz").tolist()
-    widest = max(counts)
-    padded_indices = torch.zeros((widest, indices.shape[0]), dtype=torch.int64)
-    padded_indices[:indices.shape[1]] = indices.t()
-    padded_values = torch.zeros((widest,) + rest, dtype=values.dtype)
-    padded_values[:values.shape[0]] = values
     size = hvd.size()
-    if widest == 0:
-        def empty():
-            return torch.sparse_coo_tensor(torch.zeros((tensor.sparse_dim(), 0), dtype=torch.int64),
-                                           torch.zeros((0,) + rest, dtype=values.dtype),
-                                           tensor.shape).coalesce()
-        return empty
-    values_handle = hvd.allgather_async(padded_values, name=f"{name}.values")
-    indices_handle = hvd.allgather_async(padded_indices, name=f"{name}.indices")
+    # One grouped allgather of every rank's indices (one row per index) and values: ranks differ
+    # in their count of indices, which the allgather's first exchange tells every rank. Nothing
+    # here waits for another rank (the progress thread of _handles.py enqueues the second
+    # exchange).
+    gathered = _grouped_allgather_async([indices.t().contiguous(), values], name, None,
+                                        "sparse_allreduce", "sparse_allreduce_async",
+                                        with_rows=True, more_checks=sparse)
 
     def handle():
-        every_value = hvd.synchronize(values_handle)
-        every_index = hvd.synchronize(indices_handle)
-        ranks = [(every_index[r * widest:r * widest + counts[r]],
-                  every_value[r * widest:r * widest + counts[r]]) for r in range(size)]
+        (every_index, every_value), rows = hvd.synchronize(gathered)
+        counts = rows[0]
+        starts = [sum(counts[:r]) for r in range(size)]
+        ranks = [(every_index[starts[r]:starts[r] + counts[r]],
+                  every_value[starts[r]:starts[r] + counts[r]]) for r in range(size)]
         all_indices = torch.cat([i for i, _ in ranks]).t()
         unique, inverse = torch.unique(_linear(all_indices, tensor.shape), sorted=True,
                                        return_inverse=True)
