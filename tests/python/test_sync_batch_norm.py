@@ -443,3 +443,101 @@ def test_with_the_distributed_optimizer_in_ordered_mode():
         return digest(*[p.detach() for p in model.parameters()], *model[1].buffers())
 
     assert run() == run()
+
+
+# ---- sample leaves: parameter gradients that do not depend on the split ----
+
+def leaf_optimizer(module):
+    """An invariant DistributedOptimizer (op=Sum) over `module` made of sample leaves."""
+    hvd.sample_leaves(module)
+    return hvd.DistributedOptimizer(torch.optim.SGD(module.parameters(), lr=0.0),
+                                    named_parameters=module.named_parameters(), op=hvd.Sum)
+
+
+@pytest.mark.parametrize("counts_of", ["even", "uneven"])
+def test_sync_batch_norm_weight_and_bias_gradients_are_invariant_sums_of_sample_leaves(counts_of):
+    """Under sample_leaves and an invariant DistributedOptimizer, the weight's gradient is the
+    invariant sum over the global batch of each sample's invstd * sum(dy * (x - mean)), and the
+    bias's of each sample's sum(dy): the reference's bits at every world size and split."""
+    shape, dtype = (8, C, 3, 2), torch.float64
+    x, dy = global_batch("leaves.x", shape, dtype), global_batch("leaves.dy", shape, dtype)
+    weight, bias = parameters("leaves.p", dtype)
+    ref = reference(x, dy, weight, bias)
+    counts = None
+    if counts_of == "uneven":
+        counts = [8 - hvd.size() + 1] + [1] * (hvd.size() - 1)
+    bn = layer(dtype, weight, bias)
+    opt = leaf_optimizer(bn)
+    train_step(bn, share(x, counts), share(dy, counts))
+    assert bn.weight.grad is None  # every sample's part went to the optimizer as a leaf
+    opt.synchronize()
+    assert same_bits(bn.weight.grad, invariant_sum(ref["sdx"] * ref["invstd"].reshape(1, -1)))
+    assert same_bits(bn.bias.grad, invariant_sum(ref["sdy"]))
+
+
+def per_sample_gradients(make, x, dy):
+    """Each sample's parameter gradients, computed alone: a fresh module, its forward on that
+    sample, backward with that sample's output gradient. [N, numel] per parameter name."""
+    grads = {}
+    for n in range(x.shape[0]):
+        module = make()
+        module(x[n:n + 1]).backward(dy[n:n + 1])
+        for name, p in module.named_parameters():
+            grads.setdefault(name, []).append(p.grad.reshape(-1))
+    return {name: torch.stack(g) for name, g in grads.items()}
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_modules_with_parameters_give_invariant_sums_of_per_sample_gradients(kind):
+    """sample_leaves on a Linear and a Conv2d: each parameter's reduced gradient is the invariant
+    sum of the gradients that each sample gives alone (computed here module by module), so it
+    is the same at every world size."""
+    dtype = torch.float64
+    shape_in, shape_out = ((8, 5), (8, 3)) if kind == "linear" else ((8, 2, 5, 4), (8, 3, 5, 4))
+
+    def make():
+        torch.manual_seed(5)
+        module = torch.nn.Linear(5, 3) if kind == "linear" else torch.nn.Conv2d(2, 3, 3, padding=1)
+        return module.to(dtype)
+
+    x, dy = global_batch(f"{kind}.x", shape_in, dtype), global_batch(f"{kind}.dy", shape_out, dtype)
+    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
+    module = make()
+    opt = leaf_optimizer(module)
+    module(share(x)).backward(share(dy))
+    opt.synchronize()
+    for name, p in module.named_parameters():
+        assert same_bits(p.grad.reshape(-1), expected[name]), name
+
+
+def test_without_an_invariant_optimizer_the_taps_give_autograd_its_gradient():
+    """Ordered mode: sample_leaves changes nothing but the forward's chunks; the gradient reaches
+    .grad and agrees with the plain module's within rounding."""
+    detcoll.set_mode("ordered")
+    torch.manual_seed(9)
+    plain = torch.nn.Linear(4, 2).to(torch.float64)
+    chunked = hvd.sample_leaves(torch.nn.Linear(4, 2).to(torch.float64))
+    chunked.load_state_dict(plain.state_dict())
+    x = global_batch("taps.x", (6, 4), torch.float64)
+    plain(x).square().sum().backward()
+    chunked(x).square().sum().backward()
+    for a, b in zip(plain.parameters(), chunked.parameters()):
+        assert b.grad is not None and close(a.grad, b.grad, torch.float64)
+
+
+def test_sample_leaves_refusals():
+    with pytest.raises(detcoll.InvalidArgumentError, match="use detcoll.torch.SyncBatchNorm"):
+        hvd.sample_leaves(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)))
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(detcoll.InvalidArgumentError, match="samples_per_leaf must be"):
+            hvd.sample_leaves(torch.nn.Linear(2, 2), bad)
+    with pytest.raises(detcoll.InvalidArgumentError, match="expected a torch.nn.Module"):
+        hvd.sample_leaves(lambda x: x)
+    once = hvd.sample_leaves(torch.nn.Linear(2, 2), 2)
+    with pytest.raises(detcoll.InvalidArgumentError, match="another samples_per_leaf"):
+        hvd.sample_leaves(once, 3)
+    rnn = hvd.sample_leaves(torch.nn.GRU(2, 2, batch_first=True))  # returns a tuple
+    with pytest.raises(detcoll.InvalidArgumentError, match="must return one tensor"):
+        rnn(torch.ones(3, 4, 2))
+    with pytest.raises(detcoll.InvalidArgumentError, match="samples in dimension 0"):
+        hvd.sample_leaves(torch.nn.Linear(2, 2))(torch.ones(()))

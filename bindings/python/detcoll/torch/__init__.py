@@ -53,7 +53,7 @@ __all__ = [
     "grouped_reducescatter", "grouped_reducescatter_async",
     "join", "barrier", "poll", "synchronize",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "SyncBatchNorm", "Compression", "rng",
+    "DistributedOptimizer", "SyncBatchNorm", "Compression", "rng", "sample_leaves",
 ]
 
 # Every rank's (local_rank, local_size), gathered at init: cross_rank and cross_size.
@@ -199,3 +199,6 @@ from detcoll.torch.functions import (  # noqa: E402,F401
     sparse_allreduce_async)
 from detcoll.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401
 from detcoll.torch.optimizer import DistributedOptimizer  # noqa: E402
+# detcoll's own: parameter gradients as per-sample leaves, for invariant training with
+# SyncBatchNorm.
+from detcoll.torch.sample_leaves import sample_leaves  # noqa: E402,F401

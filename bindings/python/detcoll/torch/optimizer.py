@@ -23,6 +23,7 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
+from detcoll.torch.sample_leaves import _MARK, _SINK
 
 
 class DistributedOptimizerError(detcoll.InvalidArgumentError, AssertionError):
@@ -121,6 +122,8 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._hooks = []
         for p in self._params:
+            # Sample leaves (sample_leaves.py) come through the sink, in invariant mode only.
+            setattr(p, _SINK, self._sink(p) if self._mode == "invariant" else None)
             if self._mode == "invariant":
                 self._hooks.append(p.register_hook(self._leaf_hook(p)))
             else:
@@ -134,18 +137,27 @@ class _DistributedOptimizer:
     # Invariant mode: this pass's gradient becomes a leaf; the framework accumulates zeros.
     def _leaf_hook(self, p):
         def hook(grad):
-            self._synchronized = False  # a new pass: the next step reduces again
-            if grad.is_sparse:
-                self._sparse_dims[id(p)] = grad.sparse_dim()
-                leaf = grad.to_dense()
-            else:
-                leaf = grad.detach().clone()
-            if self._prescale != 1.0:
-                leaf.mul_(self._prescale)
-            leaf, self._contexts[id(p)] = self._compression.compress(leaf)
-            self._leaves[id(p)].append(leaf.contiguous())
+            self._add_leaf(p, grad)
             return torch.zeros_like(grad)
         return hook
+
+    def _sink(self, p):
+        """Takes a leaf of p's gradient from a tap of sample_leaves() or SyncBatchNorm."""
+        def sink(grad):
+            self._add_leaf(p, grad)
+        return sink
+
+    def _add_leaf(self, p, grad):
+        self._synchronized = False  # a new pass: the next step reduces again
+        if grad.is_sparse:
+            self._sparse_dims[id(p)] = grad.sparse_dim()
+            leaf = grad.to_dense()
+        else:
+            leaf = grad.detach().clone()
+        if self._prescale != 1.0:
+            leaf.mul_(self._prescale)
+        leaf, self._contexts[id(p)] = self._compression.compress(leaf)
+        self._leaves[id(p)].append(leaf.contiguous())
 
     # Ordered and native mode: allreduce once backward has accumulated the last pass.
     def _pass_check(self, p):
@@ -222,28 +234,37 @@ class _DistributedOptimizer:
     def _reduce_leaves(self):
         if not self._params:
             return
-        # A parameter that got no gradient in some pass (an unused branch) contributes zero
-        # leaves there: zeros change neither the exact sum nor the scales.
-        count = max(1, max(len(self._leaves[id(p)]) for p in self._params))
+        # Parameters whose leaves are sample chunks (sample_leaves.py) and the others are
+        # reduced apart, each class padded to its longest list of leaves: a parameter that got
+        # no gradient in some pass (an unused branch) contributes zero leaves there, and zeros
+        # change neither the exact sum nor the scales. The classes and dtypes are the same on
+        # every rank; the leaf counts may differ.
+        def sampled(p):
+            return getattr(p, _MARK, None) is not None
+
+        for kind in (False, True):
+            params = [p for p in self._params if sampled(p) == kind]
+            count = max([1] + [len(self._leaves[id(p)]) for p in params])
+            for p in params:
+                leaves = self._leaves[id(p)]
+                while len(leaves) < count:
+                    leaf, self._contexts[id(p)] = self._compression.compress(
+                        torch.zeros_like(p, memory_format=torch.contiguous_format))
+                    leaves.append(leaf)
+        # One exact reduction per class and dtype over its parameters laid end to end: the
+        # invariant mode's bits do not depend on the layout.
+        groups = {}
         for p in self._params:
-            leaves = self._leaves[id(p)]
-            while len(leaves) < count:
-                leaf, self._contexts[id(p)] = self._compression.compress(
-                    torch.zeros_like(p, memory_format=torch.contiguous_format))
-                leaves.append(leaf)
-        # One exact reduction per dtype over all parameters laid end to end: the invariant
-        # mode's bits do not depend on the layout.
-        by_dtype = {}
-        for p in self._params:
-            by_dtype.setdefault(self._leaves[id(p)][0].dtype, []).append(p)
+            groups.setdefault((sampled(p), self._leaves[id(p)][0].dtype), []).append(p)
         size = self._hvd.size()
-        for dtype, params in by_dtype.items():
+        for (kind, dtype), params in groups.items():
+            count = len(self._leaves[id(params[0])])
             leaves = [torch.cat([self._leaves[id(p)][l].reshape(-1) for p in params])
                       for l in range(count)]
             out = torch.empty_like(leaves[0])
             _detcoll.allreduce_leaves([t.data_ptr() for t in leaves], out.data_ptr(), out.numel(),
                                       self._hvd._DTYPES[dtype], self._hvd.Sum,
-                                      f"detcoll.leaves.{dtype}")
+                                      f"detcoll.leaves.{'samples.' if kind else ''}{dtype}")
             if self._op == self._hvd.Average:
                 out.div_(size)
             elif self._postscale != 1.0:

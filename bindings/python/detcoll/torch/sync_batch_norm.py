@@ -38,7 +38,10 @@ How the bits are made (docs/design.md, "The determinism contract"):
   (Horovod's semantics: DistributedOptimizer then averages them), from the local leaves by
   ops.sum's fixed tree. So, as with Horovod, the parameters' gradients depend on how the batch
   is split; only the layer's outputs, input gradients and running statistics are world-size
-  invariant.
+  invariant. Under detcoll.torch.sample_leaves() and an invariant DistributedOptimizer the layer
+  hands the optimizer one leaf per chunk of samples instead (invstd * the chunk's sum of
+  sum(dy * (x - mean)), and its sum of sum(dy)), so that a whole model's weights are the same
+  at every world size (docs/design.md, "Sample leaves").
 - Leaf limits. A rank may hold at most 65535 leaves and invariant mode takes at most 65536 over
   all ranks. Every rank learns every rank's sample count (one allgather), and all choose the
   same group size g, the smallest that fits: g = 1 (a leaf per sample) while no rank holds more
@@ -72,6 +75,7 @@ import detcoll
 from detcoll import _detcoll
 from detcoll.torch import ops
 from detcoll.torch._tensors import DTYPES
+from detcoll.torch.sample_leaves import _MARK, leaf_sink
 
 __all__ = ["SyncBatchNorm"]
 
@@ -212,6 +216,7 @@ class _SyncBatchNorm(torch.autograd.Function):
         ctx.has_bias, ctx.shape, ctx.dtype = bias is not None, input.shape, input.dtype
         ctx.weight_dtype = weight.dtype if weight is not None else None
         ctx.bias_dtype = bias.dtype if bias is not None else None
+        ctx.params = (weight, bias)  # for their leaf sinks (sample_leaves.py)
         return y.reshape(input.shape).to(input.dtype)
 
     @staticmethod
@@ -237,12 +242,26 @@ class _SyncBatchNorm(torch.autograd.Function):
                           * _per_channel(scale))
             grad_input = grad_input.reshape(ctx.shape).to(ctx.dtype)
         if ctx.has_weight and ctx.needs_input_grad[1]:
-            local = ops.sum(sum_dy_xmu, dim=0) if n else torch.zeros(c, dtype=dtype)
-            grad_weight = (local * invstd).to(ctx.weight_dtype)
+            grad_weight = _parameter_grad(ctx.params[0], sum_dy_xmu, invstd, ctx.weight_dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            local = ops.sum(sum_dy, dim=0) if n else torch.zeros(c, dtype=dtype)
-            grad_bias = local.to(ctx.bias_dtype)
+            grad_bias = _parameter_grad(ctx.params[1], sum_dy, None, ctx.bias_dtype)
         return grad_input, grad_weight, grad_bias, None, None, None, None
+
+
+def _parameter_grad(param, per_sample, invstd, dtype):
+    """The weight's (invstd * sum over samples of sum(dy * (x - mean))) or the bias's (sum over
+    samples of sum(dy)) gradient from the per-sample sums [N, C]: this rank's local sum, or, for
+    a parameter of sample_leaves() under an invariant DistributedOptimizer, one leaf per chunk
+    of samples handed to the optimizer (and None to autograd)."""
+    n, c = per_sample.shape
+    sink = leaf_sink(param)
+    if sink is None:
+        local = ops.sum(per_sample, dim=0) if n else torch.zeros(c, dtype=per_sample.dtype)
+        return (local * invstd if invstd is not None else local).to(dtype)
+    for chunk in per_sample.split(getattr(param, _MARK)):
+        leaf = ops.sum(chunk, dim=0)
+        sink((leaf * invstd if invstd is not None else leaf).to(dtype))
+    return None
 
 
 class SyncBatchNorm(_BatchNorm):
