@@ -143,6 +143,58 @@ def test_a_rank_outside_a_set_fails_alone_and_at_once():
         hvd.remove_process_set(ps)
 
 
+def test_functions_and_the_optimizer_in_a_set():
+    """Horovod 0.28 takes process_set= in broadcast_object, allgather_object,
+    sparse_allreduce_async and DistributedOptimizer: each runs among the members, in the order of
+    their ranks; the ranks outside train alone meanwhile (rank 0 is outside)."""
+    size, me = hvd.size(), hvd.rank()
+    members = list(range(1, size))
+    ps = hvd.add_process_set(members)
+    try:
+        if me not in members:
+            with pytest.raises(detcoll.InvalidArgumentError, match="not a member"):
+                hvd.allgather_object(me, process_set=ps)
+            hvd.barrier()
+            return
+        root = members[-1]
+        assert hvd.broadcast_object({"from": me}, root_rank=root, process_set=ps) == {"from": root}
+        assert hvd.allgather_object(("r", me), process_set=ps) == [("r", m) for m in members]
+        # Sparse: each member's entries at rows m and 0; the sum over the members in their order.
+        sparse = torch.sparse_coo_tensor(torch.tensor([[me, 0]]), data("sp", me, 2), (size,))
+        out = hvd.sparse_allreduce_async(sparse, name="sp", op=hvd.Sum, process_set=ps)()
+        expected = torch.zeros(size, dtype=torch.float64)
+        for m in members:
+            expected[m] = data("sp", m, 2)[0]
+        expected[0] = fold([data("sp", m, 2)[1:] for m in members])[0]
+        assert bits_equal(out.to_dense(), expected)
+        # DistributedOptimizer in the set: Average divides by the set's size.
+        weight = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD([weight], lr=1.0),
+                                       named_parameters=[("w", weight)], process_set=ps)
+        (weight * data("grad", me, 4)).sum().backward()
+        opt.step()
+        average = fold([data("grad", m, 4) for m in members]) / len(members)
+        assert bits_equal(weight.detach(), -average)
+        hvd.barrier()
+    finally:
+        hvd.remove_process_set(ps)
+
+
+def test_the_invariant_optimizer_refuses_a_set():
+    ps = hvd.add_process_set([0, 1])
+    try:
+        if hvd.rank() in (0, 1):
+            detcoll.set_mode("invariant")
+            try:
+                with pytest.raises(detcoll.InvalidArgumentError, match="not supported in invariant"):
+                    hvd.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))],
+                                                             lr=1.0), process_set=ps)
+            finally:
+                detcoll.set_mode("ordered")
+    finally:
+        hvd.remove_process_set(ps)
+
+
 def test_ranks_that_add_different_sets_all_fail():
     ranks = [0, 1] if hvd.rank() != 2 else [0, 2]
     with pytest.raises(detcoll.MismatchError, match="ranks of the process set"):

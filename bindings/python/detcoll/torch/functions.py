@@ -32,13 +32,6 @@ def _require_init(call):
     return hvd
 
 
-def _global_only(process_set, call):
-    """Process sets: only the global one (None or hvd.global_process_set, where it exists)."""
-    if process_set is not None and process_set is not getattr(_hvd(), "global_process_set", None):
-        raise detcoll.InvalidArgumentError(
-            f"{call}: process sets are not supported; every rank takes part")
-
-
 def _as_words(data):
     """bytes as an int32 tensor (zero padded to whole words): every collective moves int32."""
     words = torch.zeros((len(data) + 3) // 4, dtype=torch.int32)
@@ -88,7 +81,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     "object" on every rank (Horovod's default, the object's type name, differs between a root
     that sends a dict and ranks that pass None)."""
     hvd = _require_init("broadcast_object")
-    _global_only(process_set, "broadcast_object")
+    if process_set is None:
+        process_set = hvd.global_process_set
     name = name or "object"
     header = torch.zeros(2, dtype=torch.int64)  # (byte count, 1 if the bytes are an error)
     data = b""
@@ -99,10 +93,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
             data = f"{type(e).__name__}: {e}".encode()
             header[1] = 1
         header[0] = len(data)
-    hvd.broadcast_(header, root_rank, name=name + ".sz")
+    hvd.broadcast_(header, root_rank, name=name + ".sz", process_set=process_set)
     words = _as_words(data) if hvd.rank() == root_rank else torch.zeros(
         (int(header[0]) + 3) // 4, dtype=torch.int32)
-    hvd.broadcast_(words, root_rank, name=name + ".t")
+    hvd.broadcast_(words, root_rank, name=name + ".t", process_set=process_set)
     received = _bytes_of(words, int(header[0]))
     if header[1]:
         raise detcoll.InvalidArgumentError(
@@ -111,27 +105,30 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     return pickle.loads(received)
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj, name=None, process_set=None):
     """Every rank's picklable object, as a list of size() objects indexed by rank (this rank's
-    own entry is its object round-tripped through pickle). Objects may differ in size. If a
-    rank cannot pickle its object, every rank raises InvalidArgumentError naming that rank."""
+    own entry is its object round-tripped through pickle), or of the process set's members in
+    their order. Objects may differ in size. If a rank cannot pickle its object, every rank
+    raises InvalidArgumentError naming that rank."""
     hvd = _require_init("allgather_object")
+    if process_set is None:
+        process_set = hvd.global_process_set
     name = name or type(obj).__name__
     try:
         data, failed = pickle.dumps(obj), 0
     except Exception as e:  # noqa: BLE001
         data, failed = f"{type(e).__name__}: {e}".encode(), 1
     header = torch.tensor([[len(data), failed]], dtype=torch.int64)
-    headers = hvd.allgather(header, name=name + ".sz")
-    words = hvd.allgather(_as_words(data), name=name + ".t")
+    headers = hvd.allgather(header, name=name + ".sz", process_set=process_set)
+    words = hvd.allgather(_as_words(data), name=name + ".t", process_set=process_set)
     out, errors, at = [], [], 0
-    for r in range(hvd.size()):
+    for r in range(process_set.size()):
         length, bad = (int(v) for v in headers[r])
         count = (length + 3) // 4
         raw = _bytes_of(words[at:at + count], length)
         at += count
         if bad:
-            errors.append(f"rank {r}: {raw.decode(errors='replace')}")
+            errors.append(f"rank {process_set.ranks[r]}: {raw.decode(errors='replace')}")
         elif not errors:
             out.append(pickle.loads(raw))
     if errors:
@@ -276,7 +273,6 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     dense tensors (to_dense()) gives in ordered mode. Average divides that sum by size(); any
     other op sums."""
     hvd = _require_init("sparse_allreduce_async")
-    _global_only(process_set, "sparse_allreduce_async")
     from detcoll.torch._exchanges import _grouped_allgather_async
 
     def sparse():
@@ -291,14 +287,17 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     else:  # refused on every rank by the allgather's checks (sparse())
         indices, values = torch.zeros((1, 0), dtype=torch.int64), torch.zeros(0)
     rest = tuple(values.shape[1:])
-    size = hvd.size()
+    if process_set is None:
+        process_set = hvd.global_process_set
     # One grouped allgather of every rank's indices (one row per index) and values: ranks differ
     # in their count of indices, which the allgather's first exchange tells every rank. Nothing
     # here waits for another rank (the progress thread of _handles.py enqueues the second
     # exchange).
-    gathered = _grouped_allgather_async([indices.t().contiguous(), values], name, None,
+    gathered = _grouped_allgather_async([indices.t().contiguous(), values], name, process_set,
                                         "sparse_allreduce", "sparse_allreduce_async",
                                         with_rows=True, more_checks=sparse)
+
+    size = process_set.size()  # a member of it: the allgather checked
 
     def handle():
         (every_index, every_value), rows = hvd.synchronize(gathered)

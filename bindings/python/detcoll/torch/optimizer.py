@@ -91,10 +91,11 @@ def _check_groups(groups):
 
 class _DistributedOptimizer:
     def _detcoll_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                       predivide, sparse_as_dense):
+                       predivide, sparse_as_dense, process_set):
         import detcoll.torch as hvd
 
         self._hvd = hvd
+        self._process_set = process_set
         if backward_passes_per_step < 1:
             raise detcoll.InvalidArgumentError("backward_passes_per_step must be at least 1")
         if op not in (hvd.Sum, hvd.Average):
@@ -110,7 +111,7 @@ class _DistributedOptimizer:
         self._prescale, self._postscale = 1.0, 1.0
         if op == hvd.Average and predivide != 1.0:
             self._op = hvd.Sum
-            self._prescale, self._postscale = 1.0 / predivide, predivide / hvd.size()
+            self._prescale, self._postscale = 1.0 / predivide, predivide / process_set.size()
         self._compression = compression
         self._mode = detcoll.get_mode()
         self._handles = {}
@@ -191,14 +192,16 @@ class _DistributedOptimizer:
             if not self._sparse_as_dense:
                 from detcoll.torch.functions import sparse_allreduce_async
                 self._handles[id(p)] = (sparse_allreduce_async(
-                    grad, name=self._names[id(p)], op=self._requested_op), None, None)
+                    grad, name=self._names[id(p)], op=self._requested_op,
+                    process_set=self._process_set), None, None)
                 return
             grad = grad.to_dense()
         compressed, ctx = self._compression.compress(grad)
         compressed = compressed.contiguous()  # e.g. a channels_last gradient: reduce a copy
         handle = self._hvd.allreduce_async_(compressed, name=self._names[id(p)], op=self._op,
                                             prescale_factor=self._prescale,
-                                            postscale_factor=self._postscale)
+                                            postscale_factor=self._postscale,
+                                            process_set=self._process_set)
         self._handles[id(p)] = (handle, compressed, ctx)
 
     def synchronize(self):
@@ -324,9 +327,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     import detcoll.torch as hvd
 
     hvd._require_init("DistributedOptimizer")
-    if process_set is not None and process_set is not getattr(hvd, "global_process_set", None):
+    if process_set is None:
+        process_set = hvd.global_process_set
+    hvd.mpi_ops._placement(process_set, "DistributedOptimizer")  # added, and this rank in it
+    if process_set.process_set_id != 0 and detcoll.get_mode() == "invariant":
         raise detcoll.InvalidArgumentError(
-            "DistributedOptimizer: process sets are not supported; every rank takes part")
+            "DistributedOptimizer: process_set is not supported in invariant mode (its exact "
+            "reduction of leaves runs over every rank); use ordered mode, or every rank")
     if op is None:
         op = hvd.Average
     if compression is None:
@@ -350,5 +357,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._detcoll_setup(named_parameters, compression, backward_passes_per_step, op,
-                           float(gradient_predivide_factor), sparse_as_dense)
+                           float(gradient_predivide_factor), sparse_as_dense, process_set)
     return wrapped
