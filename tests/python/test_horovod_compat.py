@@ -56,8 +56,10 @@ DistributedOptimizer Compression""".split()
 
 
 def test_horovod_names_exist():
-    missing = [n for n in PUBLIC + ["SyncBatchNorm"] if not hasattr(hvd, n)]
+    missing = [n for n in PUBLIC + ["SyncBatchNorm", "elastic"] if not hasattr(hvd, n)]
     assert missing == []
+    assert [n for n in ("run", "TorchState", "ElasticSampler", "ObjectState")
+            if not hasattr(hvd.elastic, n)] == []
     assert len({hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product}) == 6
     assert hvd.HorovodInternalError is detcoll.Error
 

@@ -417,3 +417,97 @@ def test_invariant_mode_sparse_gradients_are_the_exact_sum():
         detcoll.set_mode("ordered")
     assert embedding.weight.grad.is_sparse
     assert torch.equal(bits(embedding.weight.grad.to_dense()), bits(exact))
+
+
+# ---- hvd.elastic under mpirun ----
+
+def small_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(3, 2).to(torch.float64)
+
+
+def snapshot(model, opt):
+    return [p.detach().clone() for p in model.parameters()] + \
+        [v.clone() for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+
+
+def test_elastic_state_commit_restore_and_sync():
+    """Ranks start apart (their own weights and epoch); sync() makes them rank 0's; restore()
+    goes back to the last commit() bit for bit, model, optimizer state and plain attributes."""
+    model = small_model(40 + hvd.rank())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, scheduler=sched,
+                                   epoch=10 + hvd.rank())
+    state.sync()
+    assert state.epoch == 10
+    for p in model.parameters():
+        assert torch.equal(p.detach(), roots(p, 0, "elastic.w"))
+    model(torch.ones(1, 3, dtype=torch.float64)).sum().backward()
+    opt.step()
+    sched.step()
+    state.epoch = 11
+    state.commit()
+    committed = snapshot(model, opt)
+    lr = opt.param_groups[0]["lr"]
+    opt.zero_grad()
+    model(torch.full((1, 3), 2.0, dtype=torch.float64)).sum().backward()
+    opt.step()
+    sched.step()
+    state.epoch = 12
+    state.restore()
+    assert state.epoch == 11 and opt.param_groups[0]["lr"] == lr
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(model, opt), committed))
+
+
+def test_elastic_sampler_deals_the_unprocessed_indices_of_an_epoch_round_robin():
+    """Against the rule written out here: indices 0..n-1 shuffled by random.Random(seed +
+    epoch), less the processed ones, padded by wrapping to a multiple of size(), rank r takes
+    every size()-th from r; together the ranks cover every unprocessed index."""
+    import random
+    dataset = list(range(23))
+    sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=5)
+    sampler.set_epoch(3)
+    sampler.record_batch(0, 2)  # 2 samples on every rank
+    sampler.reset()
+    order = list(range(23))
+    random.Random(8).shuffle(order)
+    remaining = order[2 * hvd.size():]
+    per_rank = -(-len(remaining) // hvd.size())
+    padded = remaining + remaining[:per_rank * hvd.size() - len(remaining)]
+    mine = list(iter(sampler))
+    assert mine == padded[hvd.rank()::hvd.size()] and len(sampler) == per_rank
+    assert set().union(*hvd.allgather_object(set(mine))) == set(remaining)
+    state = hvd.elastic.TorchState(sampler=sampler)
+    sampler.set_epoch(4)
+    state.restore()  # back to the state at TorchState(): epoch 3, processed
+    assert sampler.state_dict() == {"epoch": 3, "processed_num": 2 * hvd.size()}
+
+
+def test_elastic_run_syncs_then_restores_and_explains_a_failure():
+    model = small_model(50 + hvd.rank())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=hvd.rank())
+
+    @hvd.elastic.run
+    def train(state, fail, start):
+        assert state.step == start  # rank 0's last saved state, on every rank
+        state.step = 5
+        state.commit()
+        state.step = 6
+        if fail:
+            # A real failure of the job on every rank where there are several: shapes differ.
+            shape = (2, 3) if hvd.rank() == 0 or hvd.size() == 1 else (3, 2)
+            if hvd.size() == 1:
+                raise detcoll.TimeoutError("rank 1 stalled")
+            hvd.allreduce(torch.ones(shape), name="elastic.fail")
+        return state.step
+
+    assert train(state, False, 0) == 6  # saved at TorchState(): step = rank
+    state.step = 7 + hvd.rank()  # not committed: sync() brings back the commit of 5
+    with pytest.raises(detcoll.Error, match="restart") as error:
+        train(state, True, 5)
+    assert state.step == 5  # restored to the last commit
+    if hvd.size() > 1:
+        assert isinstance(error.value, detcoll.MismatchError)
+        assert "(2, 3)" in str(error.value) and "(3, 2)" in str(error.value)

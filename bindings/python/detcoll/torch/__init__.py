@@ -54,6 +54,7 @@ __all__ = [
     "join", "barrier", "poll", "synchronize",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "SyncBatchNorm", "Compression", "rng", "sample_leaves",
+    "elastic",
 ]
 
 # Every rank's (local_rank, local_size), gathered at init: cross_rank and cross_size.
@@ -202,3 +203,4 @@ from detcoll.torch.optimizer import DistributedOptimizer  # noqa: E402
 # detcoll's own: parameter gradients as per-sample leaves, for invariant training with
 # SyncBatchNorm.
 from detcoll.torch.sample_leaves import sample_leaves  # noqa: E402,F401
+from detcoll.torch import elastic  # noqa: E402,F401  (Horovod's hvd.elastic)
