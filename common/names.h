@@ -24,7 +24,26 @@ namespace detcoll {
 constexpr size_t kNameShownWhole = 256;
 constexpr size_t kNameShownEnds = 96;
 
+// Process sets are namespaces, as in Horovod: requests of different sets never pair, whatever
+// their names. The engine keys a request by its qualified name: set 0's names as given, set k's
+// as the name, a NUL byte and k in decimal (a C string holds no NUL, so no name given collides
+// with another set's). Messages show the name as given (quotedName stops at the NUL; the
+// request's description names its set), the timeline as shownName gives it.
+inline std::string qualifiedName(std::string_view name, uint32_t set) {
+  if (set == 0) return std::string(name);
+  return std::string(name) + '\0' + std::to_string(set);
+}
+
+// "name" for set 0, "name (process set k)" for set k.
+inline std::string shownName(std::string_view qualified) {
+  const size_t nul = qualified.find('\0');
+  if (nul == std::string_view::npos) return std::string(qualified);
+  return std::string(qualified.substr(0, nul)) + " (process set " +
+         std::string(qualified.substr(nul + 1)) + ")";
+}
+
 inline std::string quotedName(std::string_view name) {
+  name = name.substr(0, name.find('\0'));  // the name as given (see qualifiedName)
   if (name.size() <= kNameShownWhole) return "'" + std::string(name) + "'";
   const auto continuation = [&](size_t i) {
     return (static_cast<unsigned char>(name[i]) & 0xc0) == 0x80;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/names.h"
+
 namespace detcoll::fusion {
 namespace {
 
@@ -48,7 +50,7 @@ int Timeline::rowOf(const std::string& name) {
                           {"ph", "M"},
                           {"pid", 0},
                           {"tid", it->second},
-                          {"args", {{"name", name}}}};
+                          {"args", {{"name", shownName(name)}}}};
     write(dump(row));
   }
   return it->second;

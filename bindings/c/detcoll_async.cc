@@ -10,6 +10,7 @@
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
 #include "collective/agreement.h"
+#include "common/names.h"
 
 struct detcoll_request {
   detcoll::fusion::RequestPtr request;
@@ -85,8 +86,9 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
                              const SpecExtras& extras = nullptr,
                              const Placement& placement = world()) {
   fusion::RequestSpec spec;
-  spec.name =
-      unnamed(name) ? "detcoll.noname." + std::to_string(g_runtime->unnamed++) : std::string(name);
+  spec.name = qualifiedName(
+      unnamed(name) ? "detcoll.noname." + std::to_string(g_runtime->unnamed++) : std::string(name),
+      placement.set);
   spec.send = send;
   spec.recv = recv;
   fusion::Descriptor& d = spec.descriptor;

@@ -240,6 +240,31 @@ def test_float_prescale_postscale():
     assert torch.equal(out, fold([x * 0.5 for x in xs]) * 3.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_scaling_is_done_in_float32_and_rounded_once(dtype):
+    """Horovod scales 16-bit floats on the CPU in float32 math, rounding once to the dtype (its
+    tests compare with factor.float() * tensor.float()); multiplying in the dtype would round the
+    factor first (0.19151945 is 0.19152832 in float16) and differ by an ulp."""
+    size, rank = hvd.size(), hvd.rank()
+    factor = 0.1915194503788923
+
+    def summed(tensors):  # the ordered fold of 16-bit floats: in float32, rounded once
+        return fold([t.to(torch.float32) for t in tensors]).to(dtype)
+
+    xs = [(randn("hscale", r, 64) * 60).round().to(dtype) for r in range(size)]
+    pre = hvd.allreduce(xs[rank], op=hvd.Sum, prescale_factor=factor, name=f"hscale.pre.{dtype}")
+    scaled = [(x.to(torch.float32) * factor).to(dtype) for x in xs]
+    assert torch.equal(pre, summed(scaled))
+    assert not torch.equal(scaled[0], xs[0] * factor)  # the rule matters for these values
+    post = hvd.allreduce(xs[rank], op=hvd.Sum, postscale_factor=factor, name=f"hscale.post.{dtype}")
+    assert torch.equal(post, (summed(xs).to(torch.float32) * factor).to(dtype))
+    rows = hvd.reducescatter(xs[rank].reshape(16, 4), op=hvd.Sum, prescale_factor=factor,
+                             name=f"hscale.rs.{dtype}")
+    counts = split_rows(16, size)
+    start = sum(counts[:rank])
+    assert torch.equal(rows, summed(scaled).reshape(16, 4)[start:start + counts[rank]])
+
+
 def test_product_is_the_rank_order_fold():
     size, rank = hvd.size(), hvd.rank()
     xs = [randn("prod", r, 9) * 3 for r in range(size)]

@@ -143,6 +143,29 @@ def test_a_rank_outside_a_set_fails_alone_and_at_once():
         hvd.remove_process_set(ps)
 
 
+def test_sets_are_namespaces():
+    """As in Horovod, a name in one process set never pairs with the same name in another: two
+    disjoint sets run ops of the same names with different shapes at the same time, each with
+    its members' result. (Unnamed ops are numbered by one counter per process, as Horovod's
+    handles are, so they pair only where the members have made the same number of ops.)"""
+    size, me = hvd.size(), hvd.rank()
+    a, b = hvd.add_process_set([0, 1]), hvd.add_process_set(list(range(2, size)))
+    try:
+        mine = a if me in (0, 1) else b
+        width = 3 if mine is a else 5
+        for i in range(5):
+            out = hvd.allreduce(data(f"ns{i}", me, width), name=f"same{i}", op=hvd.Sum,
+                                process_set=mine)
+            assert bits_equal(out, fold([data(f"ns{i}", m, width) for m in mine.ranks]))
+            rows = hvd.allgather(data(f"nsg{i}", me, 1, width), name=f"gathered{i}",
+                                 process_set=mine)
+            assert bits_equal(rows, torch.cat([data(f"nsg{i}", m, 1, width) for m in mine.ranks]))
+        hvd.barrier()
+    finally:
+        hvd.remove_process_set(a)
+        hvd.remove_process_set(b)
+
+
 def test_functions_and_the_optimizer_in_a_set():
     """Horovod 0.28 takes process_set= in broadcast_object, allgather_object,
     sparse_allreduce_async and DistributedOptimizer: each runs among the members, in the order of

@@ -56,6 +56,21 @@ TEST(NamesTest, ShortNamesAreShownWhole) {
   EXPECT_EQ(kNameShownWhole, 256u);
 }
 
+TEST(NamesTest, ProcessSetsAreNamespaces) {
+  // Set 0's names are as given; another set's never equal a name of set 0 or of a third set.
+  EXPECT_EQ(qualifiedName("grad.w", 0), "grad.w");
+  EXPECT_NE(qualifiedName("grad.w", 1), qualifiedName("grad.w", 0));
+  EXPECT_NE(qualifiedName("grad.w", 1), qualifiedName("grad.w", 2));
+  EXPECT_NE(qualifiedName("grad.w", 1), qualifiedName("grad.w", 11));
+  EXPECT_NE(qualifiedName("grad.w1", 1), qualifiedName("grad.w", 11));
+  // Messages show the name as given; the timeline names the set.
+  EXPECT_EQ(quotedName(qualifiedName("grad.w", 7)), "'grad.w'");
+  EXPECT_EQ(shownName(qualifiedName("grad.w", 7)), "grad.w (process set 7)");
+  EXPECT_EQ(shownName(qualifiedName("grad.w", 0)), "grad.w");
+  const std::string name = longName(300, 'q');
+  EXPECT_EQ(quotedName(qualifiedName(name, 3)), quotedName(name));
+}
+
 TEST(NamesTest, LongNamesAreShortenedInTheMiddle) {
   const std::string name = longName(257, 'z');
   const std::string shown = quotedName(name);

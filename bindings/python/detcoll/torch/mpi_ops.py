@@ -256,11 +256,14 @@ def _carrier(tensor):
 
 
 def _scale(tensor, factor):
-    """Horovod's scaling: floating tensors multiplied in their dtype; integers as
-    trunc(double(factor) * x) (ScaleBufferCPUImpl). Returns a new tensor or `tensor`."""
+    """Horovod's scaling on the CPU (ScaleBufferCPUImpl): float32 and float64 multiplied in their
+    dtype; float16 and bfloat16 in float32 and rounded once to their dtype; integers as
+    trunc(double(factor) * x). Returns a new tensor or `tensor`."""
     factor = float(factor)
     if factor == 1.0:
         return tensor
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        return (tensor.to(torch.float32) * factor).to(tensor.dtype)
     if tensor.is_floating_point():
         return tensor * factor
     return (tensor.to(torch.float64) * factor).trunc().to(tensor.dtype)
