@@ -98,16 +98,10 @@ std::string Coordinator::disagreement(const std::string& name, const Pending& p,
       static_cast<int>(ranks.size()),
       [&](int a, int b) { return p.descriptors[ranks[a]] == p.descriptors[ranks[b]]; });
   if (groups.size() == 1) {
-    const Descriptor& d = p.descriptors[ranks[0]];
-    const std::vector<int> joined = joinedRanks();
-    if (d.processSet != 0 || d.kind == RequestKind::kAllreduce || d.kind == RequestKind::kJoin ||
-        joined.empty()) {
-      return "";
-    }
+    const std::string joined = joinedRefusal(p.descriptors[ranks[0]]);
+    if (joined.empty()) return "";
     *code = StatusCode::kInvalidArgument;
-    return what + ": " + describeRanks(joined) + (joined.size() == 1 ? " has" : " have") +
-           " joined; until every rank has joined, only allreduces run (the ranks that joined "
-           "contribute zeros), as in Horovod";
+    return what + ": " + joined;
   }
   for (auto& group : groups) {
     for (int& index : group) index = ranks[index];
@@ -117,6 +111,17 @@ std::string Coordinator::disagreement(const std::string& name, const Pending& p,
          collective::describeGroups(
              groups, [&](int r) { return describe(p.descriptors[r]); },
              collective::Phrase::kRanksHaveValue);
+}
+
+std::string Coordinator::joinedRefusal(const Descriptor& d) const {
+  const std::vector<int> joined = joinedRanks();
+  if (d.processSet != 0 || d.kind == RequestKind::kAllreduce || d.kind == RequestKind::kJoin ||
+      joined.empty()) {
+    return "";
+  }
+  return describeRanks(joined) + (joined.size() == 1 ? " has" : " have") +
+         " joined; until every rank has joined, only allreduces run (the ranks that joined "
+         "contribute zeros), as in Horovod";
 }
 
 void Coordinator::failGroup(uint64_t groupKey, const std::string& failed, StatusCode code,
@@ -162,6 +167,15 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
   std::vector<int> needed;
   for (const auto& [name, p] : pending_) {
     if (!required(p, &needed)) continue;  // its process set is not registered here yet
+    // While ranks have joined, only allreduces can run: any other request of set 0 fails at once
+    // on the ranks that made it, without waiting for the others to make it too (as in Horovod;
+    // the ranks that did not join may never make it, nor the ranks that did).
+    if (const std::string joined = joinedRefusal(p.announced()); !joined.empty()) {
+      failures.emplace_back(
+          name, Status::invalidArgument(std::string(requestKindName(p.announced().kind)) + " " +
+                                        quotedName(name) + ": " + joined));
+      continue;
+    }
     bool complete = true;
     for (int r : needed) complete = complete && p.submitted[r];
     if (!complete) continue;

@@ -69,6 +69,9 @@ class Coordinator {
   bool required(const Pending& p, std::vector<int>* ranks) const;
   // The ranks that have joined, or an empty list.
   std::vector<int> joinedRanks() const;
+  // Why a request like d cannot run while ranks have joined (what is not an allreduce of set 0),
+  // or an empty string.
+  std::string joinedRefusal(const Descriptor& d) const;
   // Fails the pending members of a group along with one that failed, with its status code.
   void failGroup(uint64_t groupKey, const std::string& failed, StatusCode code, Response& response);
 

@@ -5,6 +5,7 @@ rank outside a set fails alone and at once, ranks that disagree on a set fail to
 that joined answers the others' allreduces with zeros (averages divide by size(), as Horovod's)
 and their other collectives fail naming it."""
 
+import time
 import zlib
 
 import pytest
@@ -254,3 +255,24 @@ def test_other_collectives_fail_while_ranks_have_joined():
     out = hvd.allreduce(torch.full((2,), float(me)), name="after.join.sum", op=hvd.Sum)
     assert out.tolist() == [float(sum(range(1, size)))] * 2
     assert hvd.join() in range(1, size)
+
+
+def test_every_rank_joins_in_turn_while_the_others_try_unnamed_allgathers():
+    """Horovod's join test: rank k joins while the others call an unnamed allgather, which must
+    fail at once naming rank k, then join too. The joined rank made no allgather, so from the
+    second round on the ranks' unnamed names differ: the refusal must not wait for them to
+    match. join() returns the same rank everywhere, never the first to join."""
+    size, me = hvd.size(), hvd.rank()
+    start = time.monotonic()
+    for first in range(size):
+        if me == first:
+            last = hvd.join()
+        else:
+            # Ranks that got their refusal first may have joined too: "ranks 1 and 3 have".
+            with pytest.raises(detcoll.InvalidArgumentError,
+                               match=rf"ranks? ([0-9, and]* )?\b{first}\b.* ha(s|ve) joined"):
+                hvd.allgather(torch.zeros(4, 3))
+            last = hvd.join()
+        assert last != first
+        assert hvd.allgather_object(last, name=f"joined.last.{first}") == [last] * size
+    assert time.monotonic() - start < 30

@@ -463,6 +463,31 @@ TEST(FusionCoordinatorTest, WaitsForEveryRank) {
   EXPECT_EQ(c.pendingCount(), 0u);
 }
 
+TEST(FusionCoordinatorTest, WhileARankHasJoinedOnlyAllreducesWaitForTheOthers) {
+  Coordinator c(3, quiet());
+  const Descriptor join = other(RequestKind::kJoin, 0);
+  // Rank 0 joins; rank 1 announces an allgather the others never make (as after a call that
+  // numbered unnamed ops differently): it fails at once, naming rank 0, without waiting.
+  Response r = c.process({announce({fusion::kJoinName}, join),
+                          announce({"g"}, other(RequestKind::kAllgather, 4)), RankMessage()},
+                         at(0));
+  ASSERT_EQ(summary(r), "error g INVALID_ARGUMENT");
+  expectHas(r.errors[0].status.message(), "rank 0 has joined");
+  // An allreduce still waits for rank 2 only, and runs with rank 0's zeros.
+  EXPECT_EQ(summary(c.process({RankMessage(), announce({"a"}), RankMessage()}, at(1))), "");
+  EXPECT_EQ(summary(c.process({RankMessage(), RankMessage(), announce({"a"})}, at(2))), "ready a");
+  // Once every rank has joined, an allgather waits for every rank again.
+  r = c.process(
+      {RankMessage(), announce({fusion::kJoinName}, join), announce({fusion::kJoinName}, join)},
+      at(3));
+  EXPECT_EQ(summary(r), std::string("ready ") + fusion::kJoinName);
+  const Descriptor gather = other(RequestKind::kAllgather, 4);
+  EXPECT_EQ(summary(c.process({announce({"h"}, gather), RankMessage(), RankMessage()}, at(4))), "");
+  EXPECT_EQ(
+      summary(c.process({RankMessage(), announce({"h"}, gather), announce({"h"}, gather)}, at(5))),
+      "ready h");
+}
+
 TEST(FusionCoordinatorTest, ReadyOrderIsNameOrderNotArrivalOrder) {
   Coordinator c(3, quiet());
   Response r = c.process(
