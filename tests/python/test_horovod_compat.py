@@ -439,6 +439,43 @@ def test_two_exchange_ops_complete_whatever_order_ranks_synchronize_them():
     assert time.monotonic() - start < 30
 
 
+class _FailingTorch:
+    """torch, except that empty() of a tensor of more than 1000 rows raises, as an allocation
+    that runs out of memory would."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def empty(self, shape, *args, **kwargs):
+        if (shape if isinstance(shape, int) else shape[0]) > 1000:
+            raise RuntimeError(f"simulated: cannot allocate {tuple(shape)}")
+        return torch.empty(shape, *args, **kwargs)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_rank_that_cannot_make_its_second_exchange_fails_every_rank(monkeypatch, asynchronous):
+    """The buffers of an allgather's or alltoall's data exchange are made after the counts are
+    known, on the caller's thread or the progress thread. When rank 0 cannot make them, every
+    rank's op fails with rank 0's reason instead of the others waiting for it."""
+    size, rank = hvd.size(), hvd.rank()
+    if size == 1:
+        pytest.skip("one rank: nobody waits for another")
+    from detcoll.torch import _exchanges
+    if rank == 0:
+        monkeypatch.setattr(_exchanges, "torch", _FailingTorch())
+    calls = [lambda n: hvd.allgather_async(torch.ones(600, 2), name=n),
+             lambda n: hvd.alltoall_async(torch.ones(600 * size, 2), name=n)]
+    for i, call in enumerate(calls):
+        handle = call(f"nomem{i}.{asynchronous}")
+        if asynchronous:
+            time.sleep(0.5)  # the progress thread makes the second exchange meanwhile
+        with pytest.raises(detcoll.InvalidArgumentError,
+                           match="rank 0: RuntimeError: simulated: cannot allocate"):
+            hvd.synchronize(handle)
+    monkeypatch.undo()
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after.nomem").item() == size
+
+
 def test_a_dropped_handle_does_not_block_and_still_takes_part():
     """Rank 0 drops its alltoall and allgather handles, then waits at a barrier that the other
     ranks reach before they enqueue theirs: if dropping waited for them, this would deadlock.

@@ -21,6 +21,18 @@ def _gatherable(tensor, call):
     return dtype
 
 
+def _rejected(names, place, error, kind=_detcoll.REQUEST_ALLGATHER):
+    """Requests under the names of an exchange this rank cannot make (its buffers could not be
+    made after the first exchange), rejected with the reason, so that the exchange fails on
+    every rank instead of the others waiting for this one (detcoll_reject_next_call)."""
+    requests = []
+    for name in names:
+        _detcoll.reject_next_call(f"{type(error).__name__}: {error}"[:180])
+        requests.append(_detcoll.enqueue(kind, 0, 0, 0, _detcoll.FLOAT32, name=name,
+                                         process_set=place.id))
+    return requests
+
+
 def _allgather_steps(tensors, names, place):
     """Gathers each tensor along dimension 0. First every rank's row counts ("<name>.sizes");
     then the rows, padded to the longest rank's when ranks differ. Returns (outputs, rows) with
@@ -32,20 +44,22 @@ def _allgather_steps(tensors, names, place):
     yield [_enqueue(_detcoll.REQUEST_ALLGATHER, m, c, 1, DTYPES[torch.int64], n + ".sizes",
                     shape=[], keep=(m, c), place=place) for m, c, n in zip(mine, counts, names)]
     rows = [c.tolist() for c in counts]
-    staged, requests = [], []
-    for c, r, n in zip(carriers, rows, names):
-        widest = max(r)
-        rest = tuple(c.shape[1:])
-        src = c
-        if c.shape[0] != widest:
-            src = torch.zeros((widest,) + rest, dtype=c.dtype)
-            src[:c.shape[0]] = c
-        dst = torch.empty((size * widest,) + rest, dtype=c.dtype)
-        requests.append(_enqueue(_detcoll.REQUEST_ALLGATHER, src, dst, src.numel(),
-                                 DTYPES[c.dtype], n, shape=list(rest), keep=(src, dst),
-                                 place=place))
-        staged.append((dst, widest))
-    yield requests
+    staged = []
+    try:
+        for c, r in zip(carriers, rows):
+            widest = max(r)
+            rest = tuple(c.shape[1:])
+            src = c
+            if c.shape[0] != widest:
+                src = torch.zeros((widest,) + rest, dtype=c.dtype)
+                src[:c.shape[0]] = c
+            staged.append((src, torch.empty((size * widest,) + rest, dtype=c.dtype), widest))
+    except Exception as e:  # noqa: BLE001 (e.g. out of memory)
+        yield _rejected(names, place, e)
+    yield [_enqueue(_detcoll.REQUEST_ALLGATHER, src, dst, src.numel(), DTYPES[c.dtype], n,
+                    shape=list(c.shape[1:]), keep=(src, dst), place=place)
+           for (src, dst, _), c, n in zip(staged, carriers, names)]
+    staged = [(dst, widest) for _, dst, widest in staged]
     outputs = []
     for (dst, widest), r, t in zip(staged, rows, tensors):
         if all(k == widest for k in r):
@@ -236,10 +250,13 @@ def _alltoall_async(tensor, splits, name, process_set, call):
         row = 1
         for d in rest:
             row *= int(d)
-        src = _carrier(tensor[:sum(mine)])
-        if not src.is_contiguous():
-            src = src.contiguous()
-        dst = torch.empty((sum(received),) + rest, dtype=src.dtype)
+        try:
+            src = _carrier(tensor[:sum(mine)])
+            if not src.is_contiguous():
+                src = src.contiguous()
+            dst = torch.empty((sum(received),) + rest, dtype=src.dtype)
+        except Exception as e:  # noqa: BLE001 (e.g. out of memory)
+            yield _rejected([full], place, e, _detcoll.REQUEST_ALLTOALL)
         yield _enqueue(_detcoll.REQUEST_ALLTOALL, src, dst, 0, dtype, full, shape=list(rest),
                        counts=[k * row for k in mine], recvcounts=[k * row for k in received],
                        keep=(src, dst), place=place)

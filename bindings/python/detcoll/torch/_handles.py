@@ -17,11 +17,12 @@ import time
 import detcoll
 
 
-class _Handle:
-    """An asynchronous op. `exchanges` is the number of steps its generator yields; the progress
-    thread watches it until the last one is enqueued."""
+class _Op:
+    """An asynchronous op's state: its generator of exchanges, the requests of its current step,
+    its outcome. `exchanges` is the number of steps the generator yields; the progress thread
+    watches the op until the last one is enqueued, or until it completes once dropped."""
 
-    def __init__(self, steps, exchanges=1):
+    def __init__(self, steps, exchanges):
         self._steps = steps
         self._exchanges = exchanges
         self._enqueued = 0
@@ -30,11 +31,9 @@ class _Handle:
         self._done = False
         self._output = None
         self._error = None
-        self._first_only = False  # the output is the first tensor of the op's tuple
-        self._dropped = False
+        self._dropped = False  # its handle is gone: nobody will synchronize it
+        self._watching = False  # in the progress thread's list (under _Progress._cond)
         self._advance(first=True)
-        if self._watched():
-            _Progress.watch(self)
 
     def _watched(self):
         return not self._done and (self._dropped or self._enqueued < self._exchanges)
@@ -45,7 +44,7 @@ class _Handle:
         except StopIteration as stop:
             self._done, self._output, self._requests = True, stop.value, []
             return
-        except detcoll.Error as e:
+        except Exception as e:  # noqa: BLE001 (any failure of a step is the op's, e.g. memory)
             if first:
                 raise
             self._done, self._error, self._requests = True, e, []
@@ -59,7 +58,7 @@ class _Handle:
         for r in self._requests:
             try:
                 r.wait()
-            except detcoll.Error as e:
+            except Exception as e:  # noqa: BLE001 (every request is waited for, then raised)
                 error = error or e
         if error is not None:
             self._done, self._error, self._requests = True, error, []
@@ -76,15 +75,22 @@ class _Handle:
             if self._done or not all(r.poll() for r in self._requests):
                 return False
             self._wait_step()  # completed: returns at once
-            return True
+        except Exception as e:  # noqa: BLE001 (the op's failure, for its synchronize())
+            self._done, self._error, self._requests = True, e, []
         finally:
             self._lock.release()
+        return True
 
     def poll(self):
-        with self._lock:
+        # Never waits: while another thread advances the op (synchronize), it is not done yet.
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
             while not self._done and all(r.poll() for r in self._requests):
                 self._wait_step()  # completed: returns at once, and enqueues the next step
             return self._done
+        finally:
+            self._lock.release()
 
     def synchronize(self):
         with self._lock:
@@ -92,35 +98,57 @@ class _Handle:
                 self._wait_step()
         if self._error is not None:
             raise self._error
-        return self._output[0] if self._first_only else self._output
+        return self._output
+
+
+class _Handle:
+    """What an asynchronous call returns: its op, watched by the progress thread while it has
+    exchanges to enqueue. Dropping the handle leaves the op to that thread until it completes;
+    the thread never holds a handle, so a handle is freed where the caller drops it."""
+
+    def __init__(self, steps, exchanges=1):
+        self._op = _Op(steps, exchanges)
+        self._first_only = False  # the output is the first tensor of the op's tuple
+        if self._op._watched():
+            _Progress.watch(self._op)
+
+    def poll(self):
+        return self._op.poll()
+
+    def synchronize(self):
+        output = self._op.synchronize()
+        return output[0] if self._first_only else output
 
     def __del__(self):
         # Dropped unwaited: its remaining steps still run (the other ranks may wait for them).
         try:
-            if not self._done:
-                state = _Handle.__new__(_Handle)  # the dropped op's state, kept alive there
-                state.__dict__.update(self.__dict__)
-                state._dropped = True
-                self._done = True
-                _Progress.watch(state)
+            op = self._op
+            if not op._done:
+                op._dropped = True
+                _Progress.watch(op)
         except Exception:  # noqa: BLE001 (interpreter shutdown)
             pass
 
 
 class _Progress:
     """The thread that enqueues watched ops' next exchanges as their steps complete, and finishes
-    dropped ops. It polls with a backoff of 50 us to 1 ms while some op is watched and sleeps
-    otherwise; errors of dropped ops are nobody's and are dropped with them."""
+    dropped ops. It polls with a backoff of 50 us to 1 ms while some op is watched, and rests at
+    least four times as long as a pass over the watched ops took (so that with thousands of ops
+    in flight it takes at most a fifth of a core from the training); it sleeps while none is
+    watched. Errors of dropped ops are nobody's and are dropped with them."""
 
     _cond = threading.Condition()
     _watched = []
     _thread = None
-    _SHORTEST, _LONGEST = 50e-6, 1e-3
+    _SHORTEST, _LONGEST, _REST = 50e-6, 1e-3, 4.0
 
     @classmethod
-    def watch(cls, handle):
+    def watch(cls, op):
         with cls._cond:
-            cls._watched.append(handle)
+            if op._watching:
+                return
+            op._watching = True
+            cls._watched.append(op)
             if cls._thread is None:
                 cls._thread = threading.Thread(target=cls._run, name="detcoll.torch.progress",
                                                daemon=True)
@@ -136,21 +164,24 @@ class _Progress:
                     cls._cond.wait()
                     pause = cls._SHORTEST
                 watched = list(cls._watched)
+            start = time.monotonic()
             progressed = False
-            for handle in watched:
-                try:
-                    progressed |= handle._step_if_ready()
-                except Exception:  # noqa: BLE001 (a dropped op's failure: nobody waits for it)
-                    handle._done = True
+            for op in watched:
+                progressed |= op._step_if_ready()  # keeps the op's failures for its handle
+            spent = time.monotonic() - start
+            watched = op = None  # hold no op's tensors while resting
             with cls._cond:
-                cls._watched = [h for h in cls._watched if h._watched()]
+                kept = []
+                for o in cls._watched:
+                    o._watching = o._watched()
+                    if o._watching:
+                        kept.append(o)
+                cls._watched = kept
+                o = kept = None
                 if not cls._watched:
                     continue
-            if progressed:
-                pause = cls._SHORTEST
-            else:
-                time.sleep(pause)
-                pause = min(2 * pause, cls._LONGEST)
+            pause = cls._SHORTEST if progressed else min(2 * pause, cls._LONGEST)
+            time.sleep(max(pause, cls._REST * spent))
 
 
 def synchronize(handle):
