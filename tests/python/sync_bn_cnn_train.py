@@ -35,7 +35,7 @@ def model():
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 6, 3, padding=1), SyncBatchNorm(6), torch.nn.ReLU(),
         torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(6, 8, 3, padding=1), SyncBatchNorm(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(6, 8, 3, padding=1), SyncBatchNorm(8), torch.nn.SiLU(),
         torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, CLASSES))
 
 

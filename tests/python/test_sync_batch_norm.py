@@ -510,6 +510,45 @@ def test_modules_with_parameters_give_invariant_sums_of_per_sample_gradients(kin
         assert same_bits(p.grad.reshape(-1), expected[name]), name
 
 
+def test_a_parameter_used_outside_its_module_is_refused_in_backward():
+    """A weight tied to another use (here the embedding's weight as the output layer) gets part
+    of its gradient as a sum over the rank's samples: the invariant optimizer refuses it."""
+    emb = torch.nn.Embedding(5, 3).to(torch.float64)
+    opt = leaf_optimizer(torch.nn.ModuleDict({"emb": emb}))
+    tokens = torch.tensor([[1, 2], [3, 4], [0, 1], [2, 2]])
+    logits = F.linear(emb(tokens), emb.weight)  # the tied use, outside emb's forward
+    with pytest.raises(detcoll.InvalidArgumentError, match="'emb.weight'.*outside its module"):
+        logits.sum().backward()
+    del opt
+
+
+@pytest.mark.parametrize("activation", [torch.nn.SiLU, torch.nn.ELU, torch.nn.GELU])
+def test_activations_are_computed_per_chunk(activation):
+    """torch computes SiLU, ELU and tanh-GELU with other bits in a kernel's vectorized body than
+    in its scalar tail; run per chunk, a sample's values (and so the leaves) are the ones it
+    gets computed alone, whatever the rank's batch."""
+    dtype = torch.float32
+    act = activation(approximate="tanh") if activation is torch.nn.GELU else activation()
+
+    def make():
+        torch.manual_seed(8)
+        return torch.nn.Sequential(torch.nn.Linear(7, 13), act, torch.nn.Linear(13, 3)).to(dtype)
+
+    # Values where these functions are not saturated (their approximations differ there), and 13
+    # features, so that a rank's batch and a sample alone put different elements in the kernels'
+    # vectorized bodies and scalar tails.
+    g = generator("act")
+    x = torch.randn((8, 7), generator=g, dtype=dtype) * 2
+    dy = torch.randn((8, 3), generator=g, dtype=dtype)
+    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
+    model = make()
+    opt = leaf_optimizer(model)
+    model(share(x)).backward(share(dy))
+    opt.synchronize()
+    for name, p in model.named_parameters():
+        assert same_bits(p.grad.reshape(-1), expected[name]), name
+
+
 def test_without_an_invariant_optimizer_the_taps_give_autograd_its_gradient():
     """Ordered mode: sample_leaves changes nothing but the forward's chunks; the gradient reaches
     .grad and agrees with the plain module's within rounding."""
@@ -525,9 +564,47 @@ def test_without_an_invariant_optimizer_the_taps_give_autograd_its_gradient():
         assert b.grad is not None and close(a.grad, b.grad, torch.float64)
 
 
+class _Scaled(torch.nn.Module):
+    """A container with a parameter of its own beside a submodule."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(2, 2)
+        self.gain = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return self.inner(x) * self.gain
+
+
+class _Counting(torch.nn.Linear):
+    """A module whose forward changes a buffer."""
+
+    def __init__(self):
+        super().__init__(2, 2)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return super().forward(x)
+
+
 def test_sample_leaves_refusals():
-    with pytest.raises(detcoll.InvalidArgumentError, match="use detcoll.torch.SyncBatchNorm"):
+    """What sample_leaves cannot take per chunk is refused, naming the module."""
+    with pytest.raises(detcoll.InvalidArgumentError, match=r"'1' \(BatchNorm1d\).*SyncBatchNorm"):
         hvd.sample_leaves(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)))
+    with pytest.raises(detcoll.InvalidArgumentError, match="BatchNorm2d"):  # without parameters
+        hvd.sample_leaves(torch.nn.Sequential(torch.nn.BatchNorm2d(2, affine=False)))
+    with pytest.raises(detcoll.InvalidArgumentError, match="running statistics"):
+        hvd.sample_leaves(torch.nn.InstanceNorm1d(2, affine=True, track_running_stats=True))
+    with pytest.raises(detcoll.InvalidArgumentError, match="parameters of its own beside"):
+        hvd.sample_leaves(torch.nn.Sequential(_Scaled()))
+    counting = hvd.sample_leaves(_Counting())
+    with pytest.raises(detcoll.InvalidArgumentError, match="changed its buffer 'calls'"):
+        counting(torch.ones(3, 2))
+    assert counting.calls.item() == 1  # stopped after the first chunk
+    linear = hvd.sample_leaves(torch.nn.Linear(2, 2))
+    with pytest.raises(detcoll.InvalidArgumentError, match="got no positional argument"):
+        linear(input=torch.ones(3, 2))
     for bad in (0, -1, 1.5, True):
         with pytest.raises(detcoll.InvalidArgumentError, match="samples_per_leaf must be"):
             hvd.sample_leaves(torch.nn.Linear(2, 2), bad)

@@ -20,8 +20,9 @@ fixed order (seed + epoch), so a resumed epoch sees the same samples as Horovod'
 What does not: under mpirun the world is fixed. Hosts are never added, so check_host_updates()
 never interrupts; and a rank that fails or stalls ends the job (README, "When a rank stalls,
 stops or dies"), so the surviving ranks cannot re-form a world and go on as Horovod's elastic
-driver does. run() then restores the last committed state and raises detcoll.Error saying so;
-save a checkpoint there and restart the job from it.
+driver does. run() then restores the last committed state and raises the failure, saying so;
+save a checkpoint there and restart the job from it. A rank that dies makes mpirun end the job
+before any of this runs.
 """
 
 import copy
@@ -215,17 +216,23 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.num_samples
 
 
+# Failures of the job, as Horovod's HorovodInternalError: not a caller's bad argument or a
+# mismatch between ranks, which pass through run() unchanged.
+_JOB_FAILURES = (detcoll.TimeoutError, detcoll.BackendError, detcoll.NotInitializedError,
+                 detcoll.InternalError)
+
+
 def run(func):
     """Horovod's elastic.run decorator: syncs the state from rank 0, then calls
-    func(state, *args, **kwargs). A failure of the job (detcoll.Error: a rank that failed,
-    stalled or left) restores the last committed state and raises, since mpirun's world cannot
-    be re-formed (see the module's documentation)."""
+    func(state, *args, **kwargs). A failure of the job (a stall, a silent rank, another rank's
+    shutdown) restores the last committed state and raises, since mpirun's world cannot be
+    re-formed (see the module's documentation); other errors pass through unchanged."""
 
     def wrapper(state, *args, **kwargs):
         state.sync()
         try:
             return func(state, *args, **kwargs)
-        except detcoll.Error as e:
+        except _JOB_FAILURES as e:
             state.restore()
             raise type(e)(
                 f"{e} (detcoll.torch.elastic.run: the state was restored to its last commit(); "

@@ -138,6 +138,18 @@ class _DistributedOptimizer:
     # Invariant mode: this pass's gradient becomes a leaf; the framework accumulates zeros.
     def _leaf_hook(self, p):
         def hook(grad):
+            if getattr(p, _MARK, None) is not None:
+                # A parameter of sample_leaves() reached by autograd, not through its taps: its
+                # gradient here is a sum over the rank's samples, which would break the
+                # invariance silently.
+                owner = getattr(p, "_detcoll_leaf_owner", "")
+                raise detcoll.InvalidArgumentError(
+                    f"sample_leaves: parameter {self._names[id(p)]!r} of "
+                    f"{repr(owner) if owner else 'the model'} got a gradient "
+                    "outside its module's forward (a weight tied to another module, a use in "
+                    "another module's forward, or a forward pre-hook such as weight_norm's); "
+                    "that part is a sum over this rank's samples, not leaves of chunks. Use the "
+                    "parameter only inside its own module's forward")
             self._add_leaf(p, grad)
             return torch.zeros_like(grad)
         return hook
