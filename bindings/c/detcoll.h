@@ -175,7 +175,8 @@ typedef struct detcoll_request_desc {
   /* The process set it runs in (detcoll_process_set_add); 0: every rank. Ranks, counts and blocks
    * are then the set's (its members in increasing order: member i is the set's rank i); root is
    * a rank of the world, which must be a member. A rank that is not a member gets
-   * DETCOLL_ERR_INVALID_ARGUMENT at once, and the members never wait for it. */
+   * DETCOLL_ERR_INVALID_ARGUMENT at once, and the members never wait for it. Each set is a
+   * namespace: requests of different sets never pair, whatever their names. */
   int process_set;
 } detcoll_request_desc_t;
 DETCOLL_API detcoll_status_t detcoll_enqueue(const detcoll_request_desc_t* request,
@@ -197,9 +198,9 @@ DETCOLL_API int detcoll_process_set_size(int id);
 /* Horovod's join, for ranks that ran out of data before the others: blocks until every rank has
  * joined. Meanwhile the fusion engine keeps answering the others' allreduces (of process set 0)
  * with zeros from this rank, so that their averages still divide by the world size, as in
- * Horovod; their broadcasts, allgathers, reduce-scatters and alltoalls fail on every rank that
- * made them, naming the ranks that joined. *last_rank (may be NULL) receives the rank that joined
- * last. */
+ * Horovod; their broadcasts, allgathers, reduce-scatters and alltoalls fail at once on every rank
+ * that made them, naming the ranks that joined, without waiting for the other ranks to make them.
+ * *last_rank (may be NULL) receives the rank that joined last. */
 DETCOLL_API detcoll_status_t detcoll_join(int* last_rank);
 
 /* *done = 1 once the request has completed (successfully or not); the handle stays valid. */
