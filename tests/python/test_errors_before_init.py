@@ -71,3 +71,14 @@ def test_no_compression_is_the_identity():
     t = torch.ones(3)
     compressed, ctx = hvd.Compression.none.compress(t)
     assert compressed is t and hvd.Compression.none.decompress(compressed, ctx) is t
+
+
+def test_duplicate_parameter_names_are_refused_before_init_as_in_horovod():
+    """Horovod checks DistributedOptimizer's names before anything needs the world."""
+    layer = torch.nn.Linear(3, 2)
+    named = list(layer.named_parameters())
+    with pytest.raises(ValueError, match="must be unique. Found duplicates: weight"):
+        hvd.DistributedOptimizer(torch.optim.SGD(layer.parameters(), lr=0.1),
+                                 named_parameters=named + [("weight", torch.nn.Parameter(
+                                     torch.zeros(1)))])
+    assert hvd.is_initialized() is False

@@ -259,6 +259,9 @@ def test_named_parameters_are_checked_as_horovod_checks_them():
             "named_parameters was specified, but one or more model parameters were not named. "
             f"Python object ids: {id(named[-1][1])}")):
         build(named[:-1])
+    # Horovod's map from parameter to name, which scripts read; generators are taken once.
+    opt = build(p for p in model.named_parameters())
+    assert opt._parameter_names == {p: n for n, p in model.named_parameters()}
 
 
 def test_constructor_arguments_are_checked():

@@ -101,6 +101,9 @@ class _DistributedOptimizer:
         if op not in (hvd.Sum, hvd.Average):
             raise detcoll.InvalidArgumentError("DistributedOptimizer reduces with Sum or Average")
         self._names = _parameter_names(self.param_groups, named_parameters)
+        # Horovod's attribute (parameter -> name), which some scripts read.
+        self._parameter_names = {p: self._names[id(p)] for group in self.param_groups
+                                 for p in group["params"]}
         self._params = [p for group in self.param_groups for p in group["params"]
                         if p.requires_grad]
         self._passes = backward_passes_per_step
@@ -338,6 +341,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     Defaults as in Horovod: compression=Compression.none, op=Average."""
     import detcoll.torch as hvd
 
+    # Horovod checks the names before anything needs init().
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    _parameter_names(optimizer.param_groups, named_parameters)
     hvd._require_init("DistributedOptimizer")
     if process_set is None:
         process_set = hvd.global_process_set
