@@ -622,3 +622,55 @@ def test_alltoall_gradient_sends_each_block_back():
         start = sum(recv[j][:rank])
         expected.append(w[j][start:start + splits[rank][j]])
     assert torch.equal(x.grad, torch.cat(expected))
+
+
+# Finite differences: each op's autograd gradient against the change of the sum of the ranks'
+# losses when one rank's input element moves. Horovod's backward formulas give that derivative
+# times a factor of their own: 1 for allreduce and alltoall, 1/size for allgather and broadcast
+# (their backward averages over the ranks), size for reducescatter (its backward allgathers the
+# gradient and scales a Sum's by the set's size; Horovod's own test expects size). Every op
+# here is linear, so a central difference of step 1 is exact up to rounding.
+FD_OPS = {
+    "allreduce.sum": (lambda x, n: hvd.allreduce(x, op=hvd.Sum, name=n), 1, (6,)),
+    "allreduce.average": (lambda x, n: hvd.allreduce(x, op=hvd.Average, name=n), 1, (6,)),
+    "allgather": (lambda x, n: hvd.allgather(x, name=n), 0, (2, 3)),
+    "broadcast": (lambda x, n: hvd.broadcast(x, root_rank=hvd.size() - 1, name=n), 0, (5,)),
+    "reducescatter.sum": (lambda x, n: hvd.reducescatter(x, op=hvd.Sum, name=n), 2, (7, 2)),
+    "reducescatter.average": (lambda x, n: hvd.reducescatter(x, op=hvd.Average, name=n), 2,
+                              (7, 2)),
+    "alltoall": (lambda x, n: hvd.alltoall(x, name=n), 1, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FD_OPS))
+def test_gradients_match_finite_differences_of_the_global_loss(case):
+    size, rank = hvd.size(), hvd.rank()
+    forward, power, shape = FD_OPS[case]  # factor: size ** (power - 1)
+    shape = shape or (2 * size, 2)
+    x = randn(f"fd.x.{case}", rank, *shape)
+    calls = iter(range(10 ** 6))
+
+    def loss(x_mine):
+        out = forward(x_mine, f"fd.{case}.{next(calls)}")
+        w = randn(f"fd.w.{case}", rank, *out.shape)
+        local = (out * w).sum().reshape(1)
+        total = hvd.allreduce(local.detach(), op=hvd.Sum, name=f"fd.{case}.loss.{next(calls)}")
+        return local, float(total)
+
+    leaf = x.clone().requires_grad_(True)
+    local, _ = loss(leaf)
+    local.backward()
+    grad = leaf.grad
+    g = torch.Generator().manual_seed(zlib.crc32(case.encode()))
+    for k in range(size):  # the rank whose element moves
+        j = int(torch.randint(0, x.numel(), (1,), generator=g))
+        differences = []
+        for step in (1.0, -1.0):
+            moved = x.clone()
+            if rank == k:
+                moved.view(-1)[j] += step
+            differences.append(loss(moved)[1])
+        fd = (differences[0] - differences[1]) / 2 * float(size) ** (power - 1)
+        if rank == k:
+            assert math.isclose(fd, float(grad.view(-1)[j]), rel_tol=1e-9, abs_tol=1e-9), \
+                (case, k, j, fd, float(grad.view(-1)[j]))
