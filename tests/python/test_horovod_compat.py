@@ -674,3 +674,34 @@ def test_gradients_match_finite_differences_of_the_global_loss(case):
         if rank == k:
             assert math.isclose(fd, float(grad.view(-1)[j]), rel_tol=1e-9, abs_tol=1e-9), \
                 (case, k, j, fd, float(grad.view(-1)[j]))
+
+
+def test_a_name_in_flight_is_refused_until_its_op_completes():
+    """Horovod's duplicate-name tests: a second op of a name whose op is in flight on this rank
+    fails at once there (ValueError), even when the first op's first exchange has completed
+    (rank 0's allgather waits for the others, theirs completes at once); once the op has
+    completed, synchronized or not, the name may be used again."""
+    size, rank = hvd.size(), hvd.rank()
+    if size == 1:
+        pytest.skip("one rank: an op may complete before the duplicate is made")
+    t = torch.ones(5, 3)
+    handles = []
+    for turn in (0, 1):  # rank 0 first, then the others, while the other side waits
+        name = f"duplicate{turn}"
+        mine = (rank == 0) == (turn == 0)
+        if mine:
+            handles.append(hvd.allgather_async(t, name=name))
+            with pytest.raises(ValueError, match=f"'allgather.{name}' is already in flight"):
+                hvd.allgather_async(t, name=name)
+            with pytest.raises(ValueError, match="already in flight"):
+                hvd.allgather(t, name=name)
+        hvd.barrier()
+        if not mine:
+            handles.append(hvd.allgather_async(t, name=name))
+    assert [hvd.synchronize(h).shape for h in handles] == [(5 * size, 3)] * 2
+    again = hvd.allreduce_async(torch.ones(2), name="again", op=hvd.Sum)
+    while not hvd.poll(again):
+        time.sleep(0.01)
+    second = hvd.allreduce_async(torch.ones(2), name="again", op=hvd.Sum)
+    assert hvd.synchronize(second).tolist() == [float(size)] * 2
+    assert hvd.synchronize(again).tolist() == [float(size)] * 2

@@ -15,6 +15,38 @@ import threading
 import time
 
 import detcoll
+from detcoll import _detcoll
+
+
+class _Names:
+    """The ops in flight on this rank, by process set and name, as Horovod keeps them: a second
+    op of a name in flight is refused at once on its rank. (The engine refuses a request whose
+    name is in flight, but an op of two exchanges has finished its first while its second runs,
+    so a duplicate's first exchange would pass and pair with the other ranks' next op.)"""
+
+    _lock = threading.Lock()
+    _in_flight = {}  # (process set, name) -> the op
+
+    @classmethod
+    def take(cls, place_id, names, op):
+        keys = [(place_id, n) for n in names]
+        with cls._lock:
+            for key in keys:
+                other = cls._in_flight.get(key)
+                if other is not None and not other._completed():
+                    raise detcoll.InvalidArgumentError(
+                        f"{key[1]!r} is already in flight on rank {_detcoll.rank()}; names must "
+                        "be unique among the operations in flight (as in Horovod)")
+            for key in keys:
+                cls._in_flight[key] = op
+        return keys
+
+    @classmethod
+    def give_back(cls, keys, op):
+        with cls._lock:
+            for key in keys:
+                if cls._in_flight.get(key) is op:
+                    del cls._in_flight[key]
 
 
 class _Op:
@@ -22,7 +54,7 @@ class _Op:
     its outcome. `exchanges` is the number of steps the generator yields; the progress thread
     watches the op until the last one is enqueued, or until it completes once dropped."""
 
-    def __init__(self, steps, exchanges):
+    def __init__(self, steps, exchanges, names, place):
         self._steps = steps
         self._exchanges = exchanges
         self._enqueued = 0
@@ -33,7 +65,24 @@ class _Op:
         self._error = None
         self._dropped = False  # its handle is gone: nobody will synchronize it
         self._watching = False  # in the progress thread's list (under _Progress._cond)
-        self._advance(first=True)
+        self._names = _Names.take(place.id if place is not None else 0, names, self)
+        try:
+            self._advance(first=True)
+        except BaseException:
+            _Names.give_back(self._names, self)
+            raise
+
+    def _finish(self, output=None, error=None):
+        self._done, self._output, self._error, self._requests = True, output, error, []
+        _Names.give_back(self._names, self)
+
+    def _completed(self):
+        """Done, or its last exchange has completed (as Horovod, which frees a name when its op
+        completes, not when it is synchronized). Never waits."""
+        if self._done:
+            return True
+        requests = self._requests
+        return self._enqueued == self._exchanges and all(r.poll() for r in requests)
 
     def _watched(self):
         return not self._done and (self._dropped or self._enqueued < self._exchanges)
@@ -42,12 +91,12 @@ class _Op:
         try:
             pending = next(self._steps) if first else self._steps.send(None)
         except StopIteration as stop:
-            self._done, self._output, self._requests = True, stop.value, []
+            self._finish(output=stop.value)
             return
         except Exception as e:  # noqa: BLE001 (any failure of a step is the op's, e.g. memory)
             if first:
                 raise
-            self._done, self._error, self._requests = True, e, []
+            self._finish(error=e)
             return
         self._enqueued += 1
         self._requests = pending if isinstance(pending, list) else [pending]
@@ -61,7 +110,7 @@ class _Op:
             except Exception as e:  # noqa: BLE001 (every request is waited for, then raised)
                 error = error or e
         if error is not None:
-            self._done, self._error, self._requests = True, error, []
+            self._finish(error=error)
             self._steps.close()
         else:
             self._advance()
@@ -76,7 +125,7 @@ class _Op:
                 return False
             self._wait_step()  # completed: returns at once
         except Exception as e:  # noqa: BLE001 (the op's failure, for its synchronize())
-            self._done, self._error, self._requests = True, e, []
+            self._finish(error=e)
         finally:
             self._lock.release()
         return True
@@ -106,8 +155,8 @@ class _Handle:
     exchanges to enqueue. Dropping the handle leaves the op to that thread until it completes;
     the thread never holds a handle, so a handle is freed where the caller drops it."""
 
-    def __init__(self, steps, exchanges=1):
-        self._op = _Op(steps, exchanges)
+    def __init__(self, steps, exchanges=1, names=(), place=None):
+        self._op = _Op(steps, exchanges, names, place)
         self._first_only = False  # the output is the first tensor of the op's tuple
         if self._op._watched():
             _Progress.watch(self._op)

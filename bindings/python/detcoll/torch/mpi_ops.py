@@ -336,7 +336,7 @@ def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postsc
     checked_op = _checked(call, checks, names, place)
     outs = tensors if in_place else [torch.empty_like(t) for t in tensors]
     return _Handle(_allreduce_steps(tensors, outs, names, checked_op, prescale_factor,
-                                    postscale_factor, place))
+                                    postscale_factor, place), names=names, place=place)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -421,7 +421,7 @@ def _broadcast_async(tensor, root_rank, name, process_set, in_place, call):
             out.copy_(buf)
         return out
 
-    return _Handle(steps())
+    return _Handle(steps(), names=[full], place=place)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
