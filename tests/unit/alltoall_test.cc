@@ -109,7 +109,7 @@ TEST_P(AlltoallTest, BlocksArriveInRankOrder) {
       SCOPED_TRACE("element of " + std::to_string(es) + " bytes, trial " + std::to_string(trial));
       std::vector<Status> status(p);
       std::vector<Buffer> got(p);
-      std::vector<bool> intact(p, false);
+      std::vector<char> intact(p, 0);  // not vector<bool>: the ranks write it from threads
       runRanks(p, [&](Communicator& comm) {
         const int r = comm.rank();
         Slab send(sendBuffer(c, r, es), shift);
