@@ -4,7 +4,6 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -271,7 +270,9 @@ void Engine::run() {
       finish({request}, e.status);
     }
     if (response.shutdown) {
-      if (response.shutdownCode == StatusCode::kNotInitialized) {
+      if (!protocolError_.isOk()) {
+        stop(protocolError_);
+      } else if (response.shutdownCode == StatusCode::kNotInitialized) {
         stop(Status::notInitialized("detcoll shut down (" + response.shutdownReason + ")"));
       } else {
         DETCOLL_LOG(kError) << "every rank's engine stops: " << response.shutdownReason;
@@ -302,15 +303,16 @@ void Engine::run() {
     }
     lastJoined_ = response.lastJoined;
     if (!unknown.empty()) {
-      // Only a protocol bug gets here: stop rather than run collectives the others may not run.
+      // A protocol bug: run none (the others may not); every engine stops after the next cycle.
       for (const RequestPtr& request : ready) {
         if (request->spec().owned == nullptr) pending_.emplace(request->name(), request);
       }
-      stop(
-          Status::internal("the negotiation's response names a request this rank did not "
-                           "announce: " +
-                           unknown));
-      return;
+      protocolError_ = Status::internal(
+          "the negotiation's response names a request this rank did not announce: " + unknown);
+      DETCOLL_LOG(kError) << protocolError_.message() << "; every rank's engine stops";
+      std::lock_guard<std::mutex> lock(mutex_);
+      shutdownRequested_ = true;
+      continue;
     }
     if (timeline_.active()) {
       const Clock::time_point now = Clock::now();

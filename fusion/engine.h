@@ -115,8 +115,8 @@ class Engine {
   Status exchange(const RankMessage& mine, Response* response);
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
   // A request the response names that this rank did not enqueue: none when the request's process
-  // set does not include this rank; the zeros of an allreduce when this rank has joined; else
-  // false (a protocol error).
+  // set does not include this rank (or was removed here, its requests here complete); the zeros
+  // of an allreduce when this rank has joined; else false (a protocol error).
   bool stand(const std::string& name, const Descriptor& d, std::vector<RequestPtr>* ready);
   struct ProcessSet {
     std::shared_ptr<const std::vector<int>> members;
@@ -154,6 +154,12 @@ class Engine {
 
   std::mutex setsMutex_;  // the enqueuing threads add sets, the engine's thread reads them
   std::unordered_map<uint32_t, std::shared_ptr<ProcessSet>> sets_;
+  // Sets removed here (ids are never reused): a response of a cycle before the removal may still
+  // name a request of one, which was the other ranks' (this rank's had completed).
+  std::unordered_set<uint32_t> removedSets_;
+  // A protocol error found on this thread: the engine asks every rank's to stop, then stops with
+  // it.
+  Status protocolError_;
   std::atomic<bool> joined_{false};  // this rank's join is in flight
 
   // The background thread's own.

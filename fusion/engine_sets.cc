@@ -35,6 +35,7 @@ void Engine::attachCommunicator(uint32_t id, std::unique_ptr<Communicator> comm)
 void Engine::removeProcessSet(uint32_t id) {
   std::lock_guard<std::mutex> lock(setsMutex_);
   sets_.erase(id);
+  removedSets_.insert(id);
 }
 
 std::shared_ptr<const std::vector<int>> Engine::processSetMembers(uint32_t id) {
@@ -53,7 +54,12 @@ Communicator* Engine::communicatorOf(uint32_t id) {
 bool Engine::stand(const std::string& name, const Descriptor& d, std::vector<RequestPtr>* ready) {
   if (d.processSet != 0) {
     const auto members = processSetMembers(d.processSet);
-    if (!members) return false;
+    if (!members) {
+      // Removed here after the cycle that made it ready (the members' requests completed before
+      // they removed it, while this rank's engine was behind): not this rank's to run.
+      std::lock_guard<std::mutex> lock(setsMutex_);
+      return removedSets_.count(d.processSet) > 0;
+    }
     // Another set's request: its members run it, this rank has nothing to do.
     return std::find(members->begin(), members->end(), comm_.rank()) == members->end();
   }

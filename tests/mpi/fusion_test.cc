@@ -380,6 +380,48 @@ struct ShortEngine {
   }
 };
 
+// A set's request may be named by a response that a non-member's engine handles after its main
+// thread removed the set (the members' requests completed, and they removed it too, while that
+// engine was behind). The non-member stands aside: the request completes on the members, and
+// every engine goes on (before, that engine stopped with an internal error, and the job hung at
+// exit with the others waiting for its negotiation).
+TEST(FusionSetTest, ARequestOfASetRemovedOnANonMemberRunsAndTheEnginesGoOn) {
+  const int p = worldSize();
+  if (p < 2) GTEST_SKIP() << "needs a rank outside the set";
+  ShortEngine e(0, 10.0);
+  const int me = worldRank();
+  MPI_Comm split = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, me == 0 ? 0 : MPI_UNDEFINED, me, &split), MPI_SUCCESS);
+  std::unique_ptr<collective::transport::MpiCommunicator> solo;
+  if (me == 0) {
+    ASSERT_TRUE(collective::transport::MpiCommunicator::create(split, &solo).isOk());
+    MPI_Comm_free(&split);
+  }
+  ASSERT_TRUE(e.engine->addProcessSet(7, {0}, std::move(solo)).isOk());
+  if (me != 0) e.engine->removeProcessSet(7);  // as if its main thread were ahead
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<float> send(16, 1.5f), recv(16, 0.0f);
+  std::string failure;
+  if (me == 0) {
+    fusion::RequestSpec s = e.spec("in.set", send.data(), recv.data());
+    s.descriptor.processSet = 7;
+    fusion::RequestPtr request;
+    Status st = e.engine->enqueue(s, nullptr, &request);
+    if (st.isOk()) st = request->wait();
+    if (!st.isOk() || recv[0] != 1.5f) failure = "the set's request: " + st.toString();
+  }
+  // Every engine still negotiates: a request of every rank completes.
+  std::fill(recv.begin(), recv.end(), 0.0f);
+  fusion::RequestPtr world;
+  Status st = e.engine->enqueue(e.spec("after.set", send.data(), recv.data()), nullptr, &world);
+  if (st.isOk()) st = world->wait();
+  if (failure.empty() && (!st.isOk() || recv[0] != 1.5f * static_cast<float>(p))) {
+    failure = "the world's request after it: " + st.toString();
+  }
+  e.engine->shutdown();
+  expectOnAllRanks(failure.empty(), failure);
+}
+
 TEST(FusionStallTest, MissingRankIsWarnedAboutThenFailsEveryRankThatWaits) {
   const int p = worldSize();
   if (p < 2) GTEST_SKIP() << "a stall needs a rank that does not submit";
