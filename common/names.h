@@ -10,6 +10,7 @@
 //   '<the first 96 bytes>...<the last 96 bytes>' (300 bytes, hash 0123456789abcdef)
 // Every message that shows a name goes through quotedName.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -34,16 +35,30 @@ inline std::string qualifiedName(std::string_view name, uint32_t set) {
   return std::string(name) + '\0' + std::to_string(set);
 }
 
-// "name" for set 0, "name (process set k)" for set k.
+// A binding that makes one op of several requests (detcoll.torch's allgather: the row counts,
+// then the rows) names the later ones name + kStageSeparator + stage. The byte is reserved: the
+// bindings refuse it in names given to them, so a stage never pairs with an op of another name.
+constexpr char kStageSeparator = '\x1f';
+
+// The name as given: up to the stage separator or the set's NUL.
+inline std::string_view givenName(std::string_view name) {
+  return name.substr(0, std::min(name.find('\0'), name.find(kStageSeparator)));
+}
+
+// "name" for set 0, "name (process set k)" for set k; a stage as "name (stage)".
 inline std::string shownName(std::string_view qualified) {
   const size_t nul = qualified.find('\0');
-  if (nul == std::string_view::npos) return std::string(qualified);
-  return std::string(qualified.substr(0, nul)) + " (process set " +
-         std::string(qualified.substr(nul + 1)) + ")";
+  const std::string_view own = qualified.substr(0, nul);
+  std::string shown(givenName(own));
+  if (own.size() > shown.size()) shown += " (" + std::string(own.substr(shown.size() + 1)) + ")";
+  if (nul != std::string_view::npos) {
+    shown += " (process set " + std::string(qualified.substr(nul + 1)) + ")";
+  }
+  return shown;
 }
 
 inline std::string quotedName(std::string_view name) {
-  name = name.substr(0, name.find('\0'));  // the name as given (see qualifiedName)
+  name = givenName(name);  // the name as given (see qualifiedName and kStageSeparator)
   if (name.size() <= kNameShownWhole) return "'" + std::string(name) + "'";
   const auto continuation = [&](size_t i) {
     return (static_cast<unsigned char>(name[i]) & 0xc0) == 0x80;

@@ -705,3 +705,28 @@ def test_a_name_in_flight_is_refused_until_its_op_completes():
     second = hvd.allreduce_async(torch.ones(2), name="again", op=hvd.Sum)
     assert hvd.synchronize(second).tolist() == [float(size)] * 2
     assert hvd.synchronize(again).tolist() == [float(size)] * 2
+
+
+def test_names_never_pair_with_the_stages_of_another_op():
+    """An allgather sends its row counts before its rows, and an alltoall its splits: those
+    stages are named apart by a byte that no name given can hold, so an op named like a stage
+    ("x.sizes", "y.splits") pairs only with its own kind, in any order."""
+    size, rank = hvd.size(), hvd.rank()
+    rows = [torch.full((r + 1, 2), float(r)) for r in range(size)]
+    ops = [("ag", hvd.allgather_async(rows[rank], name="x")),
+           ("ag", hvd.allgather_async(rows[rank], name="x.sizes")),
+           ("a2a", hvd.alltoall_async(torch.arange(size, dtype=torch.float64) + rank,
+                                      name="y")),
+           ("a2a", hvd.alltoall_async(torch.arange(size, dtype=torch.float64) - rank,
+                                      name="y.splits"))]
+    if rank % 2:
+        ops.reverse()
+    for kind, handle in ops:
+        out = hvd.synchronize(handle)
+        if kind == "ag":
+            assert torch.equal(out, torch.cat(rows))
+        else:
+            assert out[0].shape == (size,)
+    for bad in ("a\x1fb", "a\x00b"):
+        with pytest.raises(detcoll.InvalidArgumentError, match="reserves"):
+            hvd.allgather(torch.ones(1), name=bad)

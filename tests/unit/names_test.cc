@@ -69,6 +69,12 @@ TEST(NamesTest, ProcessSetsAreNamespaces) {
   EXPECT_EQ(shownName(qualifiedName("grad.w", 0)), "grad.w");
   const std::string name = longName(300, 'q');
   EXPECT_EQ(quotedName(qualifiedName(name, 3)), quotedName(name));
+  // A binding's later stage of an op: messages show the op's name, the timeline the stage.
+  const std::string stage = std::string("allgather.x") + kStageSeparator + "sizes";
+  EXPECT_EQ(quotedName(stage), "'allgather.x'");
+  EXPECT_NE(stage, std::string("allgather.x.sizes"));
+  EXPECT_EQ(shownName(stage), "allgather.x (sizes)");
+  EXPECT_EQ(shownName(qualifiedName(stage, 2)), "allgather.x (sizes) (process set 2)");
 }
 
 TEST(NamesTest, LongNamesAreShortenedInTheMiddle) {

@@ -10,7 +10,7 @@ from detcoll.torch._handles import _Handle, _single, synchronize
 from detcoll.torch._tensors import DTYPES
 from detcoll.torch.mpi_ops import (
     _OP_NAMES, Average, Sum, _carrier, _checked, _enqueue, _group_names, _move_dtype, _op_name,
-    _placement, _reduce_dtype, _scale, _shape, global_process_set)
+    _placement, _reduce_dtype, _scale, _shape, _stage, global_process_set)
 
 
 def _gatherable(tensor, call):
@@ -34,14 +34,14 @@ def _rejected(names, place, error, kind=_detcoll.REQUEST_ALLGATHER):
 
 
 def _allgather_steps(tensors, names, place):
-    """Gathers each tensor along dimension 0. First every rank's row counts ("<name>.sizes");
+    """Gathers each tensor along dimension 0. First every rank's row counts (stage "sizes");
     then the rows, padded to the longest rank's when ranks differ. Returns (outputs, rows) with
     rows[i] = every rank's row count of tensor i."""
     size = place.size
     carriers = [_carrier(t) for t in tensors]
     mine = [torch.tensor([t.shape[0]], dtype=torch.int64) for t in tensors]
     counts = [torch.empty(size, dtype=torch.int64) for _ in tensors]
-    yield [_enqueue(_detcoll.REQUEST_ALLGATHER, m, c, 1, DTYPES[torch.int64], n + ".sizes",
+    yield [_enqueue(_detcoll.REQUEST_ALLGATHER, m, c, 1, DTYPES[torch.int64], _stage(n, "sizes"),
                     shape=[], keep=(m, c), place=place) for m, c, n in zip(mine, counts, names)]
     rows = [c.tolist() for c in counts]
     staged = []
@@ -86,7 +86,7 @@ def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows
         for t in tensors:
             _gatherable(t, call)
 
-    _checked(call, checks, [n + ".sizes" for n in names], place)
+    _checked(call, checks, [_stage(n, "sizes") for n in names], place)
 
     def steps():
         outputs, rows = yield from _allgather_steps(tensors, names, place)
@@ -237,14 +237,14 @@ def _alltoall_async(tensor, splits, name, process_set, call):
                     f"the tensor ({tensor.shape[0]})")
         return dtype, mine
 
-    dtype, mine = _checked(call, checks, [full + ".splits"], place)
+    dtype, mine = _checked(call, checks, [_stage(full, "splits")], place)
     rank = place.rank
 
     def steps():
         sent = torch.tensor(mine, dtype=torch.int64)
         matrix = torch.empty((size, size), dtype=torch.int64)
         yield _enqueue(_detcoll.REQUEST_ALLGATHER, sent, matrix, size, DTYPES[torch.int64],
-                       full + ".splits", shape=[size], keep=(sent, matrix), place=place)
+                       _stage(full, "splits"), shape=[size], keep=(sent, matrix), place=place)
         received = matrix[:, rank].tolist()
         rest = tuple(tensor.shape[1:])
         row = 1

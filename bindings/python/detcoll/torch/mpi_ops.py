@@ -182,11 +182,24 @@ _counter = itertools.count(1)
 _barriers = {}  # process set id -> barriers so far
 
 
+_STAGE = "\x1f"  # common/names.h's kStageSeparator: reserved, refused in names given
+
+
 def _op_name(prefix, name):
     """Horovod's GetOpName: "<prefix>.<name>", or "<prefix>.noname.<n>" (n counts every op)."""
+    if name is not None and ("\x00" in str(name) or _STAGE in str(name)):
+        raise detcoll.InvalidArgumentError(
+            f"{prefix}: the name {str(name)!r} holds a NUL or U+001F character, which detcoll "
+            "reserves")
     with _counter_lock:
         n = next(_counter)
     return f"{prefix}.noname.{n}" if name is None else f"{prefix}.{name}"
+
+
+def _stage(name, stage):
+    """The name of a later request of a multi-request op (allgather's row counts): the op's name
+    and the stage, apart by a byte no name given can hold, so it pairs with no other op."""
+    return f"{name}{_STAGE}{stage}"
 
 
 def _group_names(base, n):
