@@ -76,8 +76,7 @@ void Coordinator::submit(int rank, const std::string& name, const Descriptor& d,
 
 std::string Coordinator::disagreement(const std::string& name, const Pending& p,
                                       StatusCode* code) const {
-  const std::string what =
-      std::string(requestKindName(p.announced().kind)) + " " + quotedName(name);
+  const std::string what = describeRequest(name, p.announced());
   // The same verdict and wording as every agreement (collective/agreement.h): local failures
   // first, then the ranks grouped by what they announced.
   std::vector<Status> local(size_);
@@ -166,14 +165,23 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
   std::vector<std::pair<std::string, Status>> failures;
   std::vector<int> needed;
   for (const auto& [name, p] : pending_) {
-    if (!required(p, &needed)) continue;  // its process set is not registered here yet
+    if (!required(p, &needed)) {
+      // Its process set is not registered here yet, or was removed with this request in flight
+      // (a misuse: a set's requests must complete before it is removed), which fails it.
+      if (options_.removed && options_.removed(p.announced().processSet)) {
+        failures.emplace_back(
+            name, Status::invalidArgument(describeRequest(name, p.announced()) +
+                                          ": the process set was removed while the request was "
+                                          "in flight; its requests must complete first"));
+      }
+      continue;
+    }
     // While ranks have joined, only allreduces can run: any other request of set 0 fails at once
     // on the ranks that made it, without waiting for the others to make it too (as in Horovod;
     // the ranks that did not join may never make it, nor the ranks that did).
     if (const std::string joined = joinedRefusal(p.announced()); !joined.empty()) {
       failures.emplace_back(
-          name, Status::invalidArgument(std::string(requestKindName(p.announced().kind)) + " " +
-                                        quotedName(name) + ": " + joined));
+          name, Status::invalidArgument(describeRequest(name, p.announced()) + ": " + joined));
       continue;
     }
     bool complete = true;
@@ -244,8 +252,7 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
       ++it;
       continue;
     }
-    const std::string what =
-        std::string(requestKindName(p.descriptors[have[0]].kind)) + " " + quotedName(it->first);
+    const std::string what = describeRequest(it->first, p.descriptors[have[0]]);
     if (options_.stallShutdownSeconds > 0 && age >= options_.stallShutdownSeconds) {
       const Descriptor d = p.descriptors[have[0]];
       const std::string name = it->first;

@@ -31,6 +31,8 @@ struct CoordinatorOptions {
   // The members of process set `id` (ranks in increasing order), or null while the set is not
   // registered here; never asked for set 0 (every rank). Unset: set 0 is the only one.
   std::function<std::shared_ptr<const std::vector<int>>(uint32_t id)> members;
+  // Whether set `id` was registered and removed since (its pending requests fail). Unset: never.
+  std::function<bool(uint32_t id)> removed;
 };
 
 class Coordinator {

@@ -52,6 +52,7 @@ Engine::Engine(Communicator& comm, EngineOptions options)
     c.warn =
         options_.warn ? options_.warn : [](const std::string& text) { DETCOLL_LOG(kWarn) << text; };
     c.members = [this](uint32_t id) { return processSetMembers(id); };
+    c.removed = [this](uint32_t id) { return processSetRemoved(id); };
     coordinator_ = std::make_unique<Coordinator>(comm_.size(), std::move(c));
   }
 }
@@ -111,10 +112,9 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
   std::unordered_set<std::string> seen;
   for (const RequestSpec& spec : specs) {
     if (names_.count(spec.name) > 0 || !seen.insert(spec.name).second) {
-      return Status::invalidArgument(
-          std::string(requestKindName(spec.descriptor.kind)) + " " + quotedName(spec.name) +
-          " is already enqueued on this rank and not complete; names must be unique among "
-          "requests in flight");
+      return Status::invalidArgument(describeRequest(spec.name, spec.descriptor) +
+                                     " is already enqueued on this rank and not complete; "
+                                     "names must be unique among requests in flight");
     }
   }
   if (queue_.empty()) firstQueued_ = Clock::now();

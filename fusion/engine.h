@@ -104,6 +104,8 @@ class Engine {
   void removeProcessSet(uint32_t id);
   // The members of set `id` (every rank for 0), or null when it is not registered.
   std::shared_ptr<const std::vector<int>> processSetMembers(uint32_t id);
+  // Whether set `id` was registered here and removed since.
+  bool processSetRemoved(uint32_t id);
 
   // Changes the fusion threshold. Rank 0's value is the one every rank plans with (it travels in
   // each cycle's response), so a call on rank 0 is what counts.

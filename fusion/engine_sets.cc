@@ -44,6 +44,11 @@ std::shared_ptr<const std::vector<int>> Engine::processSetMembers(uint32_t id) {
   return it == sets_.end() ? nullptr : it->second->members;
 }
 
+bool Engine::processSetRemoved(uint32_t id) {
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  return removedSets_.count(id) > 0;
+}
+
 Communicator* Engine::communicatorOf(uint32_t id) {
   if (id == 0) return &comm_;
   std::lock_guard<std::mutex> lock(setsMutex_);
@@ -54,12 +59,9 @@ Communicator* Engine::communicatorOf(uint32_t id) {
 bool Engine::stand(const std::string& name, const Descriptor& d, std::vector<RequestPtr>* ready) {
   if (d.processSet != 0) {
     const auto members = processSetMembers(d.processSet);
-    if (!members) {
-      // Removed here after the cycle that made it ready (the members' requests completed before
-      // they removed it, while this rank's engine was behind): not this rank's to run.
-      std::lock_guard<std::mutex> lock(setsMutex_);
-      return removedSets_.count(d.processSet) > 0;
-    }
+    // Removed here after the cycle that made it ready (the members' requests completed before
+    // they removed it, while this rank's engine was behind): not this rank's to run.
+    if (!members) return processSetRemoved(d.processSet);
     // Another set's request: its members run it, this rank has nothing to do.
     return std::find(members->begin(), members->end(), comm_.rank()) == members->end();
   }

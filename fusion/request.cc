@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/names.h"
+
 namespace detcoll::fusion {
 
 const char* requestKindName(RequestKind kind) {
@@ -20,6 +22,12 @@ const char* requestKindName(RequestKind kind) {
       return "join";
   }
   return "unknown request";
+}
+
+std::string describeRequest(const std::string& name, const Descriptor& d) {
+  std::string what = std::string(requestKindName(d.kind)) + " " + quotedName(name);
+  if (d.processSet != 0) what += " in process set " + std::to_string(d.processSet);
+  return what;
 }
 
 std::string describe(const Descriptor& d) {

@@ -69,6 +69,8 @@ struct Descriptor {
 
 // "allreduce float32[1000] sum ordered", "broadcast int64[8] root 2", plus " in a group of 3".
 std::string describe(const Descriptor& d);
+// How messages name a request: "allreduce 'grad.w'", plus " in process set k" for a set.
+std::string describeRequest(const std::string& name, const Descriptor& d);
 
 struct RequestSpec {
   std::string name;

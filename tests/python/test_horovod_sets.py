@@ -276,3 +276,22 @@ def test_every_rank_joins_in_turn_while_the_others_try_unnamed_allgathers():
         assert last != first
         assert hvd.allgather_object(last, name=f"joined.last.{first}") == [last] * size
     assert time.monotonic() - start < 30
+
+
+def test_a_set_removed_with_a_request_in_flight_fails_it():
+    """Removing a set whose requests have not completed is a misuse: the request that waits for
+    a member that will never make it fails at once, naming the set, instead of waiting forever
+    (a removed set's requests are no stall: the coordinator no longer knows its members)."""
+    ps = hvd.add_process_set([0, 1])
+    set_id = ps.process_set_id
+    handle = hvd.allreduce_async(torch.ones(3), name="orphaned", process_set=ps) \
+        if hvd.rank() == 0 else None
+    start = time.monotonic()
+    hvd.remove_process_set(ps)
+    if handle is not None:
+        with pytest.raises(detcoll.InvalidArgumentError,
+                           match=rf"'allreduce.orphaned' in process set {set_id}: "
+                                 r"the process set was removed while the request was in flight"):
+            hvd.synchronize(handle)
+        assert time.monotonic() - start < 10
+    hvd.barrier()

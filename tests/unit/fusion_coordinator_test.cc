@@ -671,6 +671,36 @@ TEST(FusionCoordinatorTest, StallWarnsThenFails) {
   EXPECT_EQ(warnings.size(), 2u);
 }
 
+TEST(FusionCoordinatorTest, RequestsOfAProcessSetAreNamedWithTheSetAndFailWhenItIsRemoved) {
+  Names warnings;
+  CoordinatorOptions options = stallOptions(&warnings);
+  const auto members = std::make_shared<const std::vector<int>>(std::vector<int>{0, 1});
+  bool removed = false;
+  options.members = [&](uint32_t id) {
+    return id == 5 && !removed ? members : std::shared_ptr<const std::vector<int>>();
+  };
+  options.removed = [&](uint32_t id) { return id == 5 && removed; };
+  Coordinator c(3, options);
+  Descriptor inSet = allreduce(10);
+  inSet.processSet = 5;
+  const std::vector<RankMessage> idle(3);
+  // A stall in a set names the set: the same name may run in another set at the same time.
+  c.process({announce({"s"}, inSet), RankMessage(), RankMessage()}, at(0));
+  Response r = c.process(idle, at(30));
+  ASSERT_EQ(summary(r), "error s TIMEOUT; shutdown");
+  expectHas(r.errors[0].status.message(), "allreduce 's' in process set 5 stalled: rank 1");
+  // A set removed while a request of it waits: the request fails at once, naming the set.
+  Coordinator d(3, options);
+  d.process({announce({"r"}, inSet), RankMessage(), RankMessage()}, at(0));
+  removed = true;
+  r = d.process(idle, at(1));
+  ASSERT_EQ(summary(r), "error r INVALID_ARGUMENT");
+  expectHas(r.errors[0].status.message(),
+            "allreduce 'r' in process set 5: the process set was removed while the request was "
+            "in flight");
+  EXPECT_EQ(d.pendingCount(), 0u);
+}
+
 TEST(FusionCoordinatorTest, ARanksShutdownIsNotATimeout) {
   Names warnings;
   Coordinator c(3, stallOptions(&warnings));

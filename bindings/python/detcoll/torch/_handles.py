@@ -34,9 +34,10 @@ class _Names:
             for key in keys:
                 other = cls._in_flight.get(key)
                 if other is not None and not other._completed():
+                    where = f" in process set {key[0]}" if key[0] else ""
                     raise detcoll.InvalidArgumentError(
-                        f"{key[1]!r} is already in flight on rank {_detcoll.rank()}; names must "
-                        "be unique among the operations in flight (as in Horovod)")
+                        f"{key[1]!r} is already in flight{where} on rank {_detcoll.rank()}; names "
+                        "must be unique among the operations in flight (as in Horovod)")
             for key in keys:
                 cls._in_flight[key] = op
         return keys
@@ -98,8 +99,10 @@ class _Op:
                 raise
             self._finish(error=e)
             return
-        self._enqueued += 1
+        # The requests first: _completed() reads both without the lock, and must never see the
+        # last exchange counted beside the previous step's completed requests.
         self._requests = pending if isinstance(pending, list) else [pending]
+        self._enqueued += 1
 
     def _wait_step(self):
         """Waits for the current step's requests and enqueues the next step. Lock held."""
