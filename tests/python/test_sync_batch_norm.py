@@ -549,6 +549,81 @@ def test_activations_are_computed_per_chunk(activation):
         assert same_bits(p.grad.reshape(-1), expected[name]), name
 
 
+def test_checkpointed_and_in_place_modules_give_the_same_leaves():
+    """torch.utils.checkpoint (reentrant) runs the forward without gradients first, then again
+    with them: chunked modules must give a sample the same values both times. In-place
+    activations run on copies of their chunks. The gradients equal the per-sample reference."""
+    from torch.utils.checkpoint import checkpoint
+    dtype = torch.float32
+
+    def make():
+        torch.manual_seed(12)
+        return torch.nn.Sequential(torch.nn.Linear(7, 13), torch.nn.ReLU(inplace=True),
+                                   torch.nn.Mish(), torch.nn.Linear(13, 3)).to(dtype)
+
+    g = generator("ckpt")
+    x = torch.randn((8, 7), generator=g, dtype=dtype) * 2
+    dy = torch.randn((8, 3), generator=g, dtype=dtype)
+    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
+    model = make()
+    opt = leaf_optimizer(model)
+    # The first layers checkpointed: the last layer sees the values of their first, gradient-free
+    # forward, and its gradient shows them (Mish over this batch whole gives other bits in 6 of
+    # its values than per sample, so a forward that skipped chunking without gradients fails).
+    hidden = checkpoint(model[:3], share(x).requires_grad_())
+    model[3](hidden).backward(share(dy))
+    opt.synchronize()
+    for name, p in model.named_parameters():
+        assert same_bits(p.grad.reshape(-1), expected[name]), name
+
+
+def test_a_copy_of_a_converted_model_runs_its_own_parameters():
+    import copy
+    model = hvd.sample_leaves(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.SiLU()))
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin[0].weight.zero_()
+        twin[0].bias.fill_(7.0)
+    x = torch.ones(3, 2)
+    assert torch.equal(twin(x), torch.nn.functional.silu(torch.full((3, 2), 7.0)))
+    assert not torch.equal(model(x), twin(x))
+
+
+def test_refusals_do_not_depend_on_the_rank_s_share():
+    """A rank with one chunk or none refuses what a rank with several refuses."""
+    for batch in (1, 2, 5):
+        counting = hvd.sample_leaves(_Counting(), samples_per_leaf=2)
+        with pytest.raises(detcoll.InvalidArgumentError, match="changed its buffer"):
+            counting(torch.ones(batch, 2))
+        rnn = hvd.sample_leaves(torch.nn.GRU(2, 2, batch_first=True), samples_per_leaf=2)
+        with pytest.raises(detcoll.InvalidArgumentError, match="must return one tensor"):
+            rnn(torch.ones(batch, 4, 2))
+    assert hvd.sample_leaves(torch.nn.Sigmoid())(torch.tensor(0.5)).item() == \
+        torch.sigmoid(torch.tensor(0.5)).item()  # an activation on a scalar: no samples
+
+
+def test_a_sync_batch_norm_in_eval_mode_gives_sample_leaves():
+    """Frozen statistics, trainable affine: in eval mode the layer runs per chunk with taps, so
+    its weight and bias gradients are leaves too (the per-sample reference's sums)."""
+    dtype = torch.float64
+    weight, bias = parameters("evalbn.p", dtype)
+
+    def make():
+        bn = layer(dtype, weight, bias)
+        bn.eval()
+        return bn
+
+    x = global_batch("evalbn.x", (8, C, 3), dtype)
+    dy = global_batch("evalbn.dy", (8, C, 3), dtype)
+    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
+    bn = make()
+    opt = leaf_optimizer(bn)
+    bn(share(x)).backward(share(dy))
+    opt.synchronize()
+    for name, p in bn.named_parameters():
+        assert same_bits(p.grad.reshape(-1), expected[name]), name
+
+
 def test_without_an_invariant_optimizer_the_taps_give_autograd_its_gradient():
     """Ordered mode: sample_leaves changes nothing but the forward's chunks; the gradient reaches
     .grad and agrees with the plain module's within rounding."""

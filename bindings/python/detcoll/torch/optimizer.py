@@ -149,8 +149,9 @@ class _DistributedOptimizer:
                 raise detcoll.InvalidArgumentError(
                     f"sample_leaves: parameter {self._names[id(p)]!r} of "
                     f"{repr(owner) if owner else 'the model'} got a gradient "
-                    "outside its module's forward (a weight tied to another module, a use in "
-                    "another module's forward, or a forward pre-hook such as weight_norm's); "
+                    "outside its module's chunks (a weight tied to another module, a use in "
+                    "another module's forward, a forward pre-hook such as weight_norm's, or a "
+                    "module called in a way sample_leaves does not chunk); "
                     "that part is a sum over this rank's samples, not leaves of chunks. Use the "
                     "parameter only inside its own module's forward")
             self._add_leaf(p, grad)

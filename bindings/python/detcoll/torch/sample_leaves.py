@@ -17,12 +17,15 @@ how many samples the rank holds. sample_leaves() changes where that sum is taken
   each with its parameters seen through a tap; in backward, a chunk's parameter gradient is
   handed to DistributedOptimizer as one leaf instead of being added into .grad.
 - detcoll.torch.SyncBatchNorm hands over the gradients of its weight and bias per chunk of
-  samples from its own backward (it already has the per-sample sums).
+  samples from its own backward (it already has the per-sample sums); in eval mode (frozen
+  statistics, trainable affine) it runs per chunk like the modules above.
 - Elementwise activation modules (nn.SiLU, nn.ELU, nn.GELU, nn.Sigmoid, ...) run per chunk too:
   torch's CPU kernels compute some of them with other bits in a kernel's vectorized body than in
   its scalar tail, so a sample's values would otherwise depend on where it sits in the batch.
 
-Every leaf is then a function of its samples alone, the exact sum over all ranks' leaves is the
+Chunked modules run per chunk with and without gradients alike (torch.utils.checkpoint runs a
+forward without them first), and in-place activations run on copies of their chunks. Every leaf
+is then a function of its samples alone, the exact sum over all ranks' leaves is the
 same for every split of the batch in which each rank's share is a multiple of
 `samples_per_leaf`, and so are the weights after step(). What it takes of the model, and what is
 refused by name: modules with parameters treat samples independently and take them in dimension
@@ -41,6 +44,8 @@ gradient torch sums over the batch in one kernel. Costs: one forward and backwar
 in the chunked modules, and one parameter-sized leaf per chunk until step().
 """
 
+import types
+
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
@@ -50,6 +55,7 @@ import detcoll
 __all__ = ["sample_leaves"]
 
 _SINK = "_detcoll_leaf_sink"  # set on each parameter by an invariant DistributedOptimizer
+_CHUNKING = "_detcoll_chunking"  # on a converted module: (name, samples_per_leaf, eval only)
 _MARK = "_detcoll_samples_per_leaf"  # set by sample_leaves(): the parameter's leaves are chunks
 
 
@@ -93,41 +99,46 @@ def _module_name(name, module):
     return f"{repr(name) if name else 'the model'} ({type(module).__name__})"
 
 
-def _chunked_forward(module, name, samples_per_leaf):
+def _chunked_forward(module, *args, **kwargs):
+    """A converted module's forward (bound to it, so that copies of the module run their own):
+    its class's forward on chunks of samples_per_leaf samples, with the parameters seen through
+    taps, in training and without gradients alike (a sample's values must not depend on the
+    mode: torch.utils.checkpoint runs the forward without them first)."""
+    name, samples_per_leaf, eval_only = getattr(module, _CHUNKING)
     forward = type(module).forward
-    names = [n for n, p in module._parameters.items() if p is not None and p.requires_grad]
+    if eval_only and module.training:  # SyncBatchNorm's statistics need the whole batch
+        return forward(module, *args, **kwargs)
     shown = _module_name(name, module)
-
-    def chunked(*args, **kwargs):
-        if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() == 0:
-            got = type(args[0]).__name__ if args else "no positional argument"
+    names = [n for n, p in module._parameters.items() if p is not None and p.requires_grad]
+    if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() == 0:
+        if not names:  # an activation on a scalar: no samples to place
+            return forward(module, *args, **kwargs)
+        got = type(args[0]).__name__ if args else "no positional argument"
+        raise detcoll.InvalidArgumentError(
+            f"sample_leaves: {shown} got {got} first; a module that sample_leaves runs per chunk "
+            "takes a tensor with the samples in dimension 0 as its first positional argument")
+    input, rest = args[0], args[1:]
+    if input.shape[0] == 0:
+        return _tapped(module, names, forward, input, rest, kwargs)
+    # The same checks whatever the rank's share, so that every rank refuses alike.
+    versions = [(n, b, b._version) for n, b in module._buffers.items() if b is not None]
+    in_place = bool(getattr(module, "inplace", False))  # ReLU(inplace=True): not on views
+    outputs = []
+    for chunk in input.split(samples_per_leaf):
+        out = _tapped(module, names, forward, chunk.clone() if in_place else chunk, rest, kwargs)
+        changed = [n for n, b, v in versions if b._version != v]
+        if changed:
             raise detcoll.InvalidArgumentError(
-                f"sample_leaves: {shown} got {got} first; a module that sample_leaves runs per "
-                "chunk takes a tensor with the samples in dimension 0 as its first positional "
-                "argument")
-        input, rest = args[0], args[1:]
-        if not torch.is_grad_enabled() or input.shape[0] <= samples_per_leaf:
-            return _tapped(module, names, forward, input, rest, kwargs)
-        versions = [(n, b, b._version) for n, b in module._buffers.items() if b is not None]
-        outputs = []
-        for chunk in input.split(samples_per_leaf):
-            out = _tapped(module, names, forward, chunk, rest, kwargs)
-            changed = [n for n, b, v in versions if b._version != v]
-            if changed:
-                raise detcoll.InvalidArgumentError(
-                    f"sample_leaves: {shown} changed its buffer {changed[0]!r} in forward; run "
-                    "per chunk of samples it would change once per chunk")
-            if not isinstance(out, torch.Tensor) or out.dim() == 0 or \
-                    out.shape[0] != chunk.shape[0]:
-                raise detcoll.InvalidArgumentError(
-                    f"sample_leaves: {shown} returned {type(out).__name__} "
-                    f"{tuple(getattr(out, 'shape', ()))} for {chunk.shape[0]} samples; a module "
-                    "that sample_leaves runs per chunk must return one tensor with the samples "
-                    "in dimension 0")
-            outputs.append(out)
-        return torch.cat(outputs)
-
-    return chunked
+                f"sample_leaves: {shown} changed its buffer {changed[0]!r} in forward; run per "
+                "chunk of samples it would change once per chunk")
+        if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != chunk.shape[0]:
+            raise detcoll.InvalidArgumentError(
+                f"sample_leaves: {shown} returned {type(out).__name__} "
+                f"{tuple(getattr(out, 'shape', ()))} for {chunk.shape[0]} samples; a module that "
+                "sample_leaves runs per chunk must return one tensor with the samples in "
+                "dimension 0")
+        outputs.append(out)
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
 
 def _tapped(module, names, forward, input, rest, kwargs):
@@ -163,7 +174,7 @@ def sample_leaves(model, samples_per_leaf=1):
     for name, module in model.named_modules():
         shown = _module_name(name, module)
         if isinstance(module, SyncBatchNorm):
-            plan.append((name, module, False))
+            plan.append((name, module, True))  # chunked in eval only (frozen statistics)
             continue
         if isinstance(module, _BatchNorm):
             raise detcoll.InvalidArgumentError(
@@ -192,5 +203,7 @@ def sample_leaves(model, samples_per_leaf=1):
                 setattr(p, _MARK, samples_per_leaf)
                 p._detcoll_leaf_owner = name  # for the optimizer's message
         if chunked and "forward" not in module.__dict__:
-            module.forward = _chunked_forward(module, name, samples_per_leaf)
+            setattr(module, _CHUNKING,
+                    (name, samples_per_leaf, isinstance(module, SyncBatchNorm)))
+            module.forward = types.MethodType(_chunked_forward, module)
     return model
