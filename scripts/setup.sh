@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 # clang and libclang-rt-dev (libFuzzer's runtime): the fuzz targets of scripts/fuzz.sh.
 packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev libmpfr-dev nlohmann-json3-dev
-  python3-dev pybind11-dev python3-torch python3-numpy python3-pytest clang libclang-rt-dev)
+  libxxhash-dev xxhash python3-dev pybind11-dev python3-torch python3-numpy python3-pytest clang
+  libclang-rt-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -370,6 +370,11 @@ DETCOLL_API detcoll_status_t detcoll_max_pool2d_backward(void* grad_input, const
                                                          int64_t in_h, int64_t in_w,
                                                          const detcoll_pool2d_t* pool);
 
+/* Debugging (README, "Finding why two runs differ"). The fingerprint by which traces and
+ * detcoll.debug compare buffers across runs and ranks: xxHash's XXH3 64-bit hash of the `bytes`
+ * bytes at data (seed 0), the same on every machine. Host memory; needs no init. */
+DETCOLL_API detcoll_status_t detcoll_hash(const void* data, size_t bytes, uint64_t* hash);
+
 #ifdef __cplusplus
 }
 #endif

@@ -156,6 +156,16 @@ PYBIND11_MODULE(_detcoll, m) {
   m.def("local_size", [] { return detcoll_local_size(); });
   m.def("set_mode", [](int mode) { check(detcoll_set_mode(static_cast<detcoll_mode_t>(mode))); });
   m.def("get_mode", [] { return static_cast<int>(detcoll_get_mode()); });
+  m.def("hash", [](uintptr_t data, size_t bytes) {
+    uint64_t value = 0;
+    detcoll_status_t status;
+    {
+      py::gil_scoped_release release;  // memory speed, but large tensors take milliseconds
+      status = detcoll_hash(reinterpret_cast<const void*>(data), bytes, &value);
+    }
+    check(status);
+    return value;
+  });
 
   m.def("allreduce", [](uintptr_t send, uintptr_t recv, size_t count, int dtype, int op,
                         const std::string& name) {
