@@ -3,12 +3,17 @@ differ"; docs/design.md, "The debugger").
 
 - fingerprint(tensor): the 64-bit content hash (xxHash's XXH3) of a tensor's bytes, the unit by
   which traces and replicas are compared.
+- record(dir, ops=False, every=1): the training trace of this rank (trace.py, capture.py);
+  micro_batch(index) names a micro-batch's global index.
+- check_replicas(model, optimizer=None): raises on every rank when the ranks' weights differ.
+- python3 -m detcoll.debug diff RUN_A RUN_B: the first record where two runs part (diff.py);
+  python3 -m detcoll.debug audit: the sources of nondeterminism on this machine (audit.py).
 """
 
 import detcoll
 from detcoll import _detcoll
 
-__all__ = ["fingerprint"]
+__all__ = ["fingerprint", "record", "micro_batch", "check_replicas"]
 
 
 def fingerprint(tensor):
@@ -37,3 +42,24 @@ def fingerprint(tensor):
     buf = (ctypes.c_char * view.nbytes).from_buffer_copy(view) if view.readonly else \
         (ctypes.c_char * view.nbytes).from_buffer(view)
     return _detcoll.hash(ctypes.addressof(buf), view.nbytes)
+
+
+def record(directory, ops=False, every=1, values=True):
+    from detcoll.debug import capture
+
+    return capture.record(directory, ops=ops, every=every, values=values)
+
+
+record.__doc__ = """See detcoll.debug.capture.record."""
+
+
+def micro_batch(index):
+    from detcoll.debug import capture
+
+    capture.micro_batch(index)
+
+
+def check_replicas(model, optimizer=None, process_set=None):
+    from detcoll.debug import replicas
+
+    replicas.check_replicas(model, optimizer, process_set=process_set)

@@ -90,6 +90,9 @@ def init(comm=None, process_sets=None):
     if process_sets is not None and process_sets != "dynamic":
         for ps in process_sets:
             add_process_set(ps)
+    from detcoll.debug import capture  # DETCOLL_DEBUG_RECORD: record the script unchanged
+
+    capture.start_from_environment()
 
 
 def shutdown():

@@ -23,6 +23,7 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
+from detcoll.debug import trace as _record
 from detcoll.torch.sample_leaves import _MARK, _SINK
 
 
@@ -166,6 +167,9 @@ class _DistributedOptimizer:
 
     def _add_leaf(self, p, grad):
         self._synchronized = False  # a new pass: the next step reduces again
+        recorder = _record.active()
+        if recorder is not None:
+            recorder.leaf(self._names[id(p)], grad)
         if grad.is_sparse:
             self._sparse_dims[id(p)] = grad.sparse_dim()
             leaf = grad.to_dense()
@@ -204,6 +208,9 @@ class _DistributedOptimizer:
 
     def _reduce_async(self, p):
         grad = p.grad
+        recorder = _record.active()
+        if recorder is not None:
+            recorder.gradient(self._names[id(p)], grad)
         if grad.is_sparse:
             if not self._sparse_as_dense:
                 from detcoll.torch.functions import sparse_allreduce_async
@@ -249,6 +256,9 @@ class _DistributedOptimizer:
             for p in self._params:
                 self._delay[id(p)] = self._passes
         self._synchronized = True
+        recorder = _record.active()
+        if recorder is not None:
+            recorder.reduced([(self._names[id(p)], p.grad) for p in self._params], self._mode)
 
     def _reduce_leaves(self):
         if not self._params:
@@ -322,7 +332,27 @@ class _DistributedOptimizer:
             else:
                 self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        recorder = _record.active()
+        if recorder is None:
+            result = super(self.__class__, self).step(closure)
+        else:
+            recorder.in_step = True  # the optimizer's ops are the step's, not a micro-batch's
+            try:
+                result = super(self.__class__, self).step(closure)
+            finally:
+                recorder.in_step = False
+            recorder.stepped(self, lambda p: self._names[id(p)], self._mode)
+        self._steps += 1
+        if self._check_every and self._steps % self._check_every == 0:
+            from detcoll.debug import replicas
+
+            params = [(self._names[id(p)], p) for group in self.param_groups
+                      for p in group["params"]]
+            replicas.check_named(
+                replicas.named_tensors(dict(params), self, {id(p): n for n, p in params}),
+                self._process_set, f"DistributedOptimizer (check_replicas_every, step "
+                f"{self._steps})")
+        return result
 
     def load_state_dict(self, *args, **kwargs):
         """As in Horovod, forgets the reductions in flight and the passes counted."""
@@ -337,9 +367,12 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
+                         check_replicas_every=0):
     """Wraps a torch optimizer so that step() uses the gradients reduced over every rank.
-    Defaults as in Horovod: compression=Compression.none, op=Average."""
+    Defaults as in Horovod: compression=Compression.none, op=Average. check_replicas_every=N
+    (detcoll's): after every N-th step(), detcoll.debug.check_replicas on the parameters and the
+    optimizer's state, which raises on every rank when the replicas have parted."""
     import detcoll.torch as hvd
 
     # Horovod checks the names before anything needs init().
@@ -371,6 +404,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
             groups = num_groups
     if groups is not None:
         _check_groups(groups)
+    if isinstance(check_replicas_every, bool) or not isinstance(check_replicas_every, int) or \
+            check_replicas_every < 0:
+        raise detcoll.InvalidArgumentError(
+            "check_replicas_every must be a non-negative int (0: never), got "
+            f"{check_replicas_every!r}")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
@@ -378,4 +416,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._detcoll_setup(named_parameters, compression, backward_passes_per_step, op,
                            float(gradient_predivide_factor), sparse_as_dense, process_set)
+    wrapped._check_every, wrapped._steps = check_replicas_every, 0
     return wrapped

@@ -1,0 +1,216 @@
+"""What the training trace hooks (trace.py): module calls (module paths, micro-batches and their
+inputs), aten ops through a TorchDispatchMode (ops=True), detcoll.rng key derivations. The
+optimizer's gradients, reductions and steps are reported by DistributedOptimizer itself
+(detcoll/torch/optimizer.py) to record.active()."""
+
+import atexit
+import contextlib
+import os
+import sys
+
+import torch
+import torch.nn.modules.module as torch_module
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+import detcoll
+from detcoll import rng as detcoll_rng
+from detcoll.debug import trace as _record
+
+_AUTOGRAD_ENTRY = os.path.join("autograd", "__init__.py")
+
+
+def _is_view(func):
+    """Views and metadata ops (t, view, expand, detach, ...) make no bits of their own."""
+    returns = func._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                 for r in returns)
+
+
+def _site_and_backward():
+    """The first Python frame outside torch and detcoll ("file:line (function)"), and whether
+    the op runs in autograd's backward."""
+    frame, backward = sys._getframe(2), False
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_record._TORCH_DIR):
+            if name.endswith(_AUTOGRAD_ENTRY) and frame.f_code.co_name in ("backward", "grad"):
+                backward = True
+        elif not name.startswith(_record._DETCOLL_DIR):
+            try:
+                shown = os.path.relpath(name)
+            except ValueError:
+                shown = name
+            return f"{shown}:{frame.f_lineno} ({frame.f_code.co_name})", backward
+        frame = frame.f_back
+    return "", backward
+
+
+def _argument_text(args, kwargs):
+    """The non-tensor arguments, exactly (a float's repr round-trips), tensors as T."""
+    shown = tree_map(lambda a: "T" if isinstance(a, torch.Tensor) else a, (args, kwargs))
+    return repr(shown)
+
+
+def _accumulates(func, args, rec):
+    """Whether an op of backward writes into a parameter's .grad (autograd's accumulation)."""
+    arguments = func._schema.arguments
+    if not arguments or arguments[0].alias_info is None or not arguments[0].alias_info.is_write:
+        return False
+    target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    return target is not None and any(
+        p.grad is not None and p.grad.data_ptr() == target.data_ptr()
+        for p in rec.root_params)
+
+
+class _OpMode(TorchDispatchMode):
+    def __init__(self, recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rec = self.recorder
+        if not rec.recording() or _is_view(func) or func.namespace == "profiler":
+            return func(*args, **kwargs)
+        flat, _ = tree_flatten((args, kwargs))
+        inputs = [rec.tensor(t) for t in flat if isinstance(t, torch.Tensor)]
+        out = func(*args, **kwargs)
+        outputs = [rec.tensor(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        site, backward = _site_and_backward()
+        if rec.in_step:
+            phase = "step"
+        elif backward and _accumulates(func, args, rec):
+            phase = "accumulate"  # into .grad: the rank's running sum, not the micro-batch's
+        elif backward:
+            phase = "backward"
+        elif rec.module_stack:
+            phase = "forward"
+        else:
+            phase = "loss" if rec.micro >= 0 else "pre"
+        module = rec.module_stack[-1] if rec.module_stack and not backward else ""
+        rec.op(str(func), module, site, phase, inputs, _argument_text(args, kwargs), outputs)
+        return out
+
+
+class Session:
+    """A recorder with its hooks installed; close() removes them and ends the files."""
+
+    def __init__(self, directory, ops=False, every=1, values=True):
+        if _record._active is not None:
+            raise detcoll.InvalidArgumentError(
+                "record: a recording is already in progress in this process")
+        self.recorder = _record.Recorder(directory, ops=ops, every=every, values=values)
+        self.explicit = False
+        self.handles = [torch_module.register_module_forward_pre_hook(self._pre),
+                        torch_module.register_module_forward_hook(self._post)]
+        self.derive = detcoll_rng.Key.derive
+        session = self
+
+        def derive(key, domain, *path, purpose=None):
+            child = session.derive(key, domain, *path, purpose=purpose)
+            if _record._active is session.recorder:
+                session.recorder.rng(key.words, domain, path, child.words)
+            return child
+
+        detcoll_rng.Key.derive = derive
+        self.mode = None
+        if ops:
+            self.mode = _OpMode(self.recorder)
+            self.mode.__enter__()
+        _record._active = self.recorder
+
+    def _pre(self, module, args):
+        rec = self.recorder
+        if not rec.module_stack:
+            roots = rec.module_names.get(id(module))
+            if roots is None:
+                roots = rec.module_names[id(module)] = {
+                    id(m): (n or type(module).__name__) for n, m in module.named_modules()}
+            rec.root = roots
+            rec.root_params = list(module.parameters())
+            starts = (torch.is_grad_enabled() and not rec.in_step and
+                      any(True for _ in module.parameters()))
+            if starts:
+                if not self.explicit:
+                    rec.start_micro_batch()
+                self.explicit = False
+                rec.inputs(args, {})
+        names = getattr(rec, "root", {})
+        rec.module_stack.append(names.get(id(module), type(module).__name__))
+
+    def _post(self, module, args, output):
+        if self.recorder.module_stack:
+            self.recorder.module_stack.pop()
+
+    def micro_batch(self, index):
+        self.recorder.start_micro_batch(index)
+        self.explicit = True
+
+    def close(self):
+        if _record._active is not self.recorder:
+            return
+        if self.mode is not None:
+            self.mode.__exit__(None, None, None)
+        for handle in self.handles:
+            handle.remove()
+        detcoll_rng.Key.derive = self.derive
+        _record._active = None
+        self.recorder.close()
+
+
+_session = None
+
+
+@contextlib.contextmanager
+def record(directory, ops=False, every=1, values=True):
+    """Records this rank's training under `directory` (see detcoll/debug/trace.py): each
+    micro-batch's inputs, each parameter's gradient before and after the reduction, parameters
+    and optimizer state after each step(), detcoll.rng keys, and with ops=True every aten op of
+    forward and backward with its module path, call site and fingerprints. every=N records steps
+    0, N, 2N, ...; values=False keeps fingerprints only (diff then cannot count ulps)."""
+    global _session
+    _session = Session(directory, ops=ops, every=every, values=values)
+    try:
+        yield _session.recorder
+    finally:
+        session, _session = _session, None
+        session.close()
+
+
+def micro_batch(index):
+    """Starts the micro-batch of global index `index` in this step (when ranks do not hold
+    contiguous shares of the step's micro-batches in rank order, which diff assumes otherwise);
+    the next top-level module call belongs to it."""
+    if _session is None:
+        raise detcoll.InvalidArgumentError("micro_batch: no recording in progress")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise detcoll.InvalidArgumentError(
+            f"micro_batch: index must be a non-negative int, got {index!r}")
+    _session.micro_batch(index)
+
+
+def start_from_environment():
+    """DETCOLL_DEBUG_RECORD=DIR (DETCOLL_DEBUG_RECORD_OPS=0|1, DETCOLL_DEBUG_RECORD_EVERY=N):
+    records the whole script, from init to exit. Called by detcoll.torch.init()."""
+    global _session
+    directory = os.environ.get("DETCOLL_DEBUG_RECORD")
+    if not directory or _session is not None:
+        return
+    ops = os.environ.get("DETCOLL_DEBUG_RECORD_OPS", "0")
+    if ops not in ("0", "1"):
+        raise detcoll.InvalidArgumentError(
+            f"DETCOLL_DEBUG_RECORD_OPS must be 0 or 1, got {ops!r}")
+    every = os.environ.get("DETCOLL_DEBUG_RECORD_EVERY", "1")
+    if not every.isdigit() or int(every) < 1:
+        raise detcoll.InvalidArgumentError(
+            f"DETCOLL_DEBUG_RECORD_EVERY must be a positive integer, got {every!r}")
+    _session = Session(directory, ops=ops == "1", every=int(every))
+    atexit.register(_stop)
+
+
+def _stop():
+    global _session
+    if _session is not None:
+        session, _session = _session, None
+        session.close()

@@ -1,0 +1,120 @@
+"""The debugger's costs, measured side by side in one process (README, "Finding why two runs
+differ"):
+
+1. fingerprint (XXH3-64) against a plain copy of the same bytes (torch's copy_, a memcpy), GB/s;
+2. a training step's time with record() (gradients, reductions, parameters, state, with their
+   values) and with record(ops=True) against the step unrecorded, on the demo's MLP and on a
+   CNN of about 4M parameters.
+
+Each pair alternates its sides, several rounds, medians. Single process (np 1), so the step is
+all compute: the overhead is at its largest relative share.
+
+    PYTHONPATH=build/python /usr/bin/python3 tests/bench/debug_bench.py [--rounds 5]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+import detcoll.debug as dbg
+import detcoll.torch as hvd
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts"))
+
+
+def hashing(rounds):
+    print("| bytes | fingerprint GB/s | copy GB/s | ratio |")
+    print("|---|---|---|---|")
+    for mib in (1, 16, 256):
+        src = torch.randn(mib * (1 << 20) // 4)
+        dst = torch.empty_like(src)
+        fp, cp = [], []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            for _ in range(3):
+                dbg.fingerprint(src)
+            fp.append((time.perf_counter() - t) / 3)
+            t = time.perf_counter()
+            for _ in range(3):
+                dst.copy_(src)
+            cp.append((time.perf_counter() - t) / 3)
+        gb = mib * (1 << 20) / 1e9
+        f, c = gb / statistics.median(fp), gb / statistics.median(cp)
+        print(f"| {mib} MiB | {f:.2f} | {c:.2f} | {f / c:.2f} |")
+
+
+def mlp():
+    import train_demo
+
+    return train_demo.make_model(), (64, train_demo.FEATURES), train_demo.CLASSES
+
+
+def cnn():
+    layers = [torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(),
+              torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+              torch.nn.Conv2d(128, 256, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+              torch.nn.Conv2d(256, 256, 3, padding=1), torch.nn.ReLU(),
+              torch.nn.AdaptiveAvgPool2d(4), torch.nn.Flatten(), torch.nn.Linear(4096, 768),
+              torch.nn.ReLU(), torch.nn.Linear(768, 10)]
+    return torch.nn.Sequential(*layers), (16, 3, 32, 32), 10
+
+
+def steps(make, rounds, steps_per_round):
+    model, shape, classes = make()
+    params = sum(p.numel() for p in model.parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(shape, generator=g), torch.randint(0, classes, (shape[0],), generator=g)
+
+    from detcoll import rng as keys_of
+    from detcoll.torch import rng
+
+    keys = rng.sample_keys(keys_of.Key.from_seed(1), "sample", 0, indices=range(shape[0]))
+
+    def run(n):
+        t = time.perf_counter()
+        for _ in range(n):
+            with rng.samples(keys):  # the demo's dropout draws from the samples' keys
+                out = model(x)
+            torch.nn.functional.cross_entropy(out, y).backward()
+            opt.step()
+            opt.zero_grad()
+        return (time.perf_counter() - t) / n
+
+    run(2)  # warm up
+    times = {"plain": [], "record": [], "record(ops=True)": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            times["plain"].append(run(steps_per_round))
+            with dbg.record(os.path.join(tmp, f"g{r}")):
+                times["record"].append(run(steps_per_round))
+            with dbg.record(os.path.join(tmp, f"o{r}"), ops=True):
+                times["record(ops=True)"].append(run(steps_per_round))
+    base = statistics.median(times["plain"])
+    return params, base, {k: statistics.median(v) / base for k, v in times.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    hvd.init()
+    print(f"torch threads {torch.get_num_threads()}, {args.rounds} rounds, medians\n")
+    hashing(args.rounds)
+    print("\n| model | parameters | step (plain) | record | record(ops=True) |")
+    print("|---|---|---|---|---|")
+    for name, make, n in (("demo MLP", mlp, 20), ("CNN", cnn, 2)):
+        params, base, ratio = steps(make, args.rounds, n)
+        print(f"| {name} | {params / 1e6:.2f}M | {base * 1e3:.1f} ms | "
+              f"{ratio['record']:.2f}x | {ratio['record(ops=True)']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

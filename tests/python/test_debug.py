@@ -1,0 +1,199 @@
+"""detcoll.debug: fingerprints against xxHash's own tool, and the diff of recorded runs with
+planted faults (debug_train.py), each checked against a reference the test computes itself:
+the line of the planted op in the script, the reductions that differ in the script's own dumps,
+the weights printed by each rank. Runs launch their own mpirun jobs (bounded in time)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import detcoll
+import detcoll.debug as dbg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVER = os.path.join(HERE, "debug_train.py")
+MPIRUN = shutil.which("mpirun")
+
+
+def xxhsum(data):
+    """XXH3-64 by xxHash's command-line tool (Debian's xxhash package), the reference."""
+    out = subprocess.run(["xxhsum", "-H3", "-"], input=bytes(data), capture_output=True,
+                         check=True, timeout=30).stdout.decode()
+    return int(re.search(r"([0-9a-f]{16})", out).group(1), 16)
+
+
+@pytest.mark.skipif(shutil.which("xxhsum") is None, reason="xxhsum (package xxhash) missing")
+def test_fingerprint_is_xxh3_of_the_bytes():
+    rng = np.random.default_rng(5)
+    for size in (0, 1, 3, 16, 17, 128, 129, 240, 241, 1000, 65537):
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        assert dbg.fingerprint(data) == xxhsum(data), size
+    x = torch.randn(33, 7, dtype=torch.float64) * 1e3
+    assert dbg.fingerprint(x) == xxhsum(x.numpy().tobytes())
+    assert dbg.fingerprint(x.t()) == xxhsum(x.t().contiguous().numpy().tobytes())
+    assert dbg.fingerprint(x[1:, 2:5]) == xxhsum(x[1:, 2:5].contiguous().numpy().tobytes())
+    h = torch.randn(10).to(torch.bfloat16)
+    assert dbg.fingerprint(h) == xxhsum(h.view(torch.int16).numpy().tobytes())
+    y = x.clone()
+    y.view(-1)[100] = torch.nextafter(y.view(-1)[100], torch.tensor(np.inf, dtype=torch.float64))
+    assert dbg.fingerprint(y) != dbg.fingerprint(x)
+
+
+def test_hash_refuses_a_null_buffer_naming_it():
+    from detcoll import _detcoll
+
+    with pytest.raises(detcoll.InvalidArgumentError, match="detcoll_hash: data is null"):
+        _detcoll.hash(0, 5)
+    with pytest.raises(detcoll.InvalidArgumentError, match="cuda tensor|copy it to the CPU"):
+        dbg.fingerprint(torch.empty(0, device="meta"))
+
+
+def run(np_, directory, *args, env=None, check=True):
+    """debug_train.py at np_ ranks, recording into directory; {rank: printed line}."""
+    environ = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1")
+    environ.pop("DETCOLL_DEBUG_RECORD", None)
+    environ.update(env or {})
+    command = [MPIRUN, "-np", str(np_), "--oversubscribe"]
+    for name in sorted(environ):
+        if name.startswith(("DETCOLL_", "HOROVOD_", "PLANT_", "PYTHONPATH")):
+            command += ["-x", name]
+    command += [sys.executable, DRIVER] + (["--record", str(directory)] if directory else []) + \
+        list(args)
+    done = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=240)
+    lines = {int(m.group(1)): m.group(0) for m in
+             re.finditer(r"rank (\d+) (done weights [0-9a-f]{16}|error: [^\n]*?)(?=rank \d+ (?:done|error)|\n|$)",
+                         done.stdout)}
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert sorted(lines) == list(range(np_)), done.stdout
+    return lines, done
+
+
+def diff(a, b):
+    done = subprocess.run([sys.executable, "-m", "detcoll.debug", "diff", str(a), str(b),
+                           "--json"], capture_output=True, text=True, timeout=120)
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun missing")
+
+
+@needs_mpi
+def test_a_run_dependent_op_is_named_with_its_call_site_not_the_layers_after_it(tmp_path):
+    for seed in ("1", "2"):
+        run(3, tmp_path / seed, "--ops", "--plant",
+            env={"PLANT_SEED": seed, "DETCOLL_DETERMINISM": "ordered"})
+    rc, result, _ = diff(tmp_path / "1", tmp_path / "2")
+    assert rc == 1, result
+    root = result["root_cause"]
+    with open(DRIVER) as f:
+        line = next(i for i, text in enumerate(f, 1) if "_planted_op()(zeros" in text)
+    assert root["op"] == "planted.racy_index_add.default", root
+    assert root["site"] == f"{os.path.relpath(DRIVER)}:{line} (forward)", root
+    assert (root["step"], root["micro_batch"], root["module"]) == (0, 0, "1"), root
+    assert root["outputs"][0]["elements"] > 0 and root["outputs"][0]["ulps"] > 0
+    # What it contaminates differs too, later: the tool names the op all the same.
+    assert result["differ"] > 1 and "reduced" in result["first_of_each_kind"], result
+
+
+def _first_differing_reduction(dumps_a, dumps_b, names):
+    """From the runs' own dumps: the first (step, parameter) whose reduced gradient differs on
+    some rank, in step order and then parameter order."""
+    for step in range(len(dumps_a[0])):
+        for name in names:
+            if any(not torch.equal(a[step]["reduced"][name], b[step]["reduced"][name])
+                   for a, b in zip(dumps_a, dumps_b)):
+                return step, name
+    return None
+
+
+@needs_mpi
+def test_ordered_runs_at_two_and_three_ranks_part_at_the_first_reduction(tmp_path):
+    env = {"DETCOLL_DETERMINISM": "ordered"}
+    for np_ in (2, 3):
+        run(np_, tmp_path / str(np_), "--dump", str(tmp_path / f"d{np_}"), env=env)
+    dumps = {np_: [torch.load(tmp_path / f"d{np_}.rank{r}") for r in range(np_)] for np_ in (2, 3)}
+    names = list(dumps[2][0][0]["reduced"])
+    # Replicated results: rank 0 of each run stands for the run.
+    expected = _first_differing_reduction(dumps[2][:1], dumps[3][:1], names)
+    assert expected is not None, "the planted difference did not occur"
+    rc, result, _ = diff(tmp_path / "2", tmp_path / "3")
+    assert rc == 1
+    root = result["root_cause"]
+    assert (root["kind"], root["step"], root["name"]) == ("reduced",) + expected, root
+    assert expected[0] == 0  # the first step's reduction already parts
+
+
+@needs_mpi
+def test_invariant_runs_at_one_two_and_four_ranks_agree(tmp_path):
+    env = {"DETCOLL_DETERMINISM": "invariant"}
+    weights = {}
+    for np_ in (1, 2, 4):
+        lines, _ = run(np_, tmp_path / str(np_), "--micro-batches", "4", env=env)
+        weights[np_] = {line.split()[-1] for line in lines.values()}
+    assert len(weights[1]) == 1 and weights[1] == weights[2] == weights[4]
+    for np_ in (2, 4):
+        rc, result, _ = diff(tmp_path / "1", tmp_path / str(np_))
+        assert rc == 0 and result["differ"] == 0 and result["root_cause"] is None, result
+        assert result["compared"] > 20  # reduced gradients, parameters, state, leaves
+
+
+@needs_mpi
+def test_recording_does_not_change_the_bits(tmp_path):
+    env = {"DETCOLL_DETERMINISM": "ordered"}
+    plain, _ = run(3, None, env=env)
+    recorded, _ = run(3, tmp_path / "r", "--ops", env=env)
+    assert plain == recorded
+
+
+@needs_mpi
+def test_a_nudged_replica_fails_every_rank_naming_the_tensor_and_rank(tmp_path):
+    lines, done = run(3, None, "--nudge", "--check-replicas", "1",
+                      env={"DETCOLL_DETERMINISM": "ordered"}, check=False)
+    assert done.returncode != 0
+    assert sorted(lines) == [0, 1, 2], done.stdout
+    for rank, line in lines.items():
+        assert "replicas differ at '4.weight'" in line, (rank, line)
+        assert re.search(r"rank 1 holds [0-9a-f]{16}", line) and \
+            re.search(r"ranks 0, 2 hold [0-9a-f]{16}", line), line
+
+
+@needs_mpi
+def test_truncated_corrupt_and_foreign_traces_are_refused(tmp_path):
+    env = {"DETCOLL_DETERMINISM": "ordered"}
+    run(2, tmp_path / "a", env=env)
+    run(2, tmp_path / "other", env=dict(env, DETCOLL_FUSION_THRESHOLD="0"))
+    rc, result, _ = diff(tmp_path / "a", tmp_path / "other")
+    assert rc == 2 and "DETCOLL_FUSION_THRESHOLD" in result["error"], result
+    run(2, tmp_path / "invariant", env={"DETCOLL_DETERMINISM": "invariant"})
+    rc, result, _ = diff(tmp_path / "a", tmp_path / "invariant")
+    assert rc == 2 and "determinism mode" in result["error"], result
+
+    def damaged(name, change):
+        target = tmp_path / name
+        shutil.copytree(tmp_path / "a", target)
+        path = target / "training.rank1.jsonl"
+        path.write_text(change(path.read_text()))
+        return target
+
+    lines_cut = damaged("cut", lambda text: "".join(text.splitlines(True)[:-3]))
+    rc, result, _ = diff(tmp_path / "a", lines_cut)
+    assert rc == 2 and "training.rank1.jsonl is truncated" in result["error"], result
+    mid_line = damaged("mid", lambda text: text[:len(text) // 2])
+    rc, result, _ = diff(mid_line, tmp_path / "a")
+    assert rc == 2 and "truncated" in result["error"], result
+    corrupt = damaged("corrupt", lambda text: text.replace('"kind"', '"ki\x00nd', 1)
+                      .replace("\x00", "{"))
+    rc, result, _ = diff(tmp_path / "a", corrupt)
+    assert rc == 2 and "is not a trace record" in result["error"], result
+    os.remove(tmp_path / "a" / "training.rank1.jsonl")
+    rc, result, _ = diff(tmp_path / "a", tmp_path / "invariant")
+    assert rc == 2 and "missing [1]" in result["error"], result
