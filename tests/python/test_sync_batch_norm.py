@@ -487,6 +487,21 @@ def per_sample_gradients(make, x, dy):
     return {name: torch.stack(g) for name, g in grads.items()}
 
 
+def assert_leaves_equal_per_sample_reference(make, x, dy, run=None):
+    """Each parameter's reduced gradient, from a converted module (make()) run on this rank's
+    share of x and backward with its share of dy, has the bits of the invariant sum of the
+    gradients that each sample gives alone. run(module, x) replaces module(x) where the test
+    wraps the call (checkpointing)."""
+    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
+    module = make()
+    opt = leaf_optimizer(module)
+    out = run(module, share(x)) if run else module(share(x))
+    out.backward(share(dy))
+    opt.synchronize()
+    for name, p in module.named_parameters():
+        assert same_bits(p.grad.reshape(-1), expected[name]), name
+
+
 @pytest.mark.parametrize("kind", ["linear", "conv"])
 def test_modules_with_parameters_give_invariant_sums_of_per_sample_gradients(kind):
     """sample_leaves on a Linear and a Conv2d: each parameter's reduced gradient is the invariant
@@ -501,13 +516,7 @@ def test_modules_with_parameters_give_invariant_sums_of_per_sample_gradients(kin
         return module.to(dtype)
 
     x, dy = global_batch(f"{kind}.x", shape_in, dtype), global_batch(f"{kind}.dy", shape_out, dtype)
-    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
-    module = make()
-    opt = leaf_optimizer(module)
-    module(share(x)).backward(share(dy))
-    opt.synchronize()
-    for name, p in module.named_parameters():
-        assert same_bits(p.grad.reshape(-1), expected[name]), name
+    assert_leaves_equal_per_sample_reference(make, x, dy)
 
 
 def test_a_parameter_used_outside_its_module_is_refused_in_backward():
@@ -540,13 +549,7 @@ def test_activations_are_computed_per_chunk(activation):
     g = generator("act")
     x = torch.randn((8, 7), generator=g, dtype=dtype) * 2
     dy = torch.randn((8, 3), generator=g, dtype=dtype)
-    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
-    model = make()
-    opt = leaf_optimizer(model)
-    model(share(x)).backward(share(dy))
-    opt.synchronize()
-    for name, p in model.named_parameters():
-        assert same_bits(p.grad.reshape(-1), expected[name]), name
+    assert_leaves_equal_per_sample_reference(make, x, dy)
 
 
 def test_checkpointed_and_in_place_modules_give_the_same_leaves():
@@ -564,17 +567,11 @@ def test_checkpointed_and_in_place_modules_give_the_same_leaves():
     g = generator("ckpt")
     x = torch.randn((8, 7), generator=g, dtype=dtype) * 2
     dy = torch.randn((8, 3), generator=g, dtype=dtype)
-    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
-    model = make()
-    opt = leaf_optimizer(model)
     # The first layers checkpointed: the last layer sees the values of their first, gradient-free
     # forward, and its gradient shows them (Mish over this batch whole gives other bits in 6 of
     # its values than per sample, so a forward that skipped chunking without gradients fails).
-    hidden = checkpoint(model[:3], share(x).requires_grad_())
-    model[3](hidden).backward(share(dy))
-    opt.synchronize()
-    for name, p in model.named_parameters():
-        assert same_bits(p.grad.reshape(-1), expected[name]), name
+    assert_leaves_equal_per_sample_reference(
+        make, x, dy, run=lambda model, xs: model[3](checkpoint(model[:3], xs.requires_grad_())))
 
 
 def test_a_copy_of_a_converted_model_runs_its_own_parameters():
@@ -615,13 +612,7 @@ def test_a_sync_batch_norm_in_eval_mode_gives_sample_leaves():
 
     x = global_batch("evalbn.x", (8, C, 3), dtype)
     dy = global_batch("evalbn.dy", (8, C, 3), dtype)
-    expected = {name: invariant_sum(g) for name, g in per_sample_gradients(make, x, dy).items()}
-    bn = make()
-    opt = leaf_optimizer(bn)
-    bn(share(x)).backward(share(dy))
-    opt.synchronize()
-    for name, p in bn.named_parameters():
-        assert same_bits(p.grad.reshape(-1), expected[name]), name
+    assert_leaves_equal_per_sample_reference(make, x, dy)
 
 
 def test_without_an_invariant_optimizer_the_taps_give_autograd_its_gradient():
