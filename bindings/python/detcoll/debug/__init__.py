@@ -16,6 +16,27 @@ from detcoll import _detcoll
 __all__ = ["fingerprint", "record", "micro_batch", "check_replicas"]
 
 
+def host_bytes(tensor, what="fingerprint"):
+    """A CPU tensor's bytes in row-major order, as a flat uint8 tensor (a view where the tensor
+    is contiguous, else its contiguous copy; conjugate and negative views resolved)."""
+    import torch
+
+    if tensor.device.type != "cpu":
+        raise detcoll.InvalidArgumentError(
+            f"{what}: a {tensor.device.type} tensor; fingerprints read host memory, so copy it to "
+            "the CPU first (tensor.cpu())")
+    t = tensor.detach()
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    t = t.contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.numel() and t.dtype != torch.uint8 else t
+
+
+def hash_bytes(data):
+    """XXH3-64 of a flat uint8 tensor (host_bytes's result)."""
+    return _detcoll.hash(data.data_ptr(), data.numel())
+
+
 def fingerprint(tensor):
     """XXH3-64 of the tensor's bytes in row-major order (a non-contiguous tensor is hashed as its
     contiguous copy), as an int. Equal for bit-equal tensors of the same dtype and element count
@@ -24,15 +45,7 @@ def fingerprint(tensor):
     import torch
 
     if isinstance(tensor, torch.Tensor):
-        if tensor.device.type != "cpu":
-            raise detcoll.InvalidArgumentError(
-                f"fingerprint: a {tensor.device.type} tensor; fingerprints read host memory, so "
-                "copy it to the CPU first (tensor.cpu())")
-        t = tensor.detach()
-        if t.is_conj() or t.is_neg():
-            t = t.resolve_conj().resolve_neg()
-        t = t.contiguous()
-        return _detcoll.hash(t.data_ptr(), t.numel() * t.element_size())
+        return hash_bytes(host_bytes(tensor))
     view = memoryview(tensor)
     if not view.c_contiguous:
         view = memoryview(view.tobytes())

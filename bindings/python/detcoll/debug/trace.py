@@ -39,6 +39,7 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
+from detcoll.debug import fingerprint, hash_bytes, host_bytes
 
 FORMAT = 1
 _active = None  # the recorder in effect in this process, or None
@@ -156,14 +157,8 @@ class Recorder:
             info["fp"] = None
             info["layout"] = str(t.layout) if t.layout != torch.strided else t.device.type
             return info
-        data = t.detach()
-        if data.is_conj() or data.is_neg():
-            data = data.resolve_conj().resolve_neg()
-        data = data.contiguous().reshape(-1)
-        data = data.view(torch.uint8) if data.numel() and data.dtype != torch.uint8 else data
-        fp = _detcoll.hash(data.data_ptr(), data.numel()) if data.numel() else \
-            _detcoll.hash(0, 0)
-        info["fp"] = f"{fp:016x}"
+        data = host_bytes(t)
+        info["fp"] = f"{hash_bytes(data):016x}"
         if self.values is not None:
             with self.lock:
                 info["at"] = self.values.put(info["fp"], data)
@@ -225,7 +220,7 @@ class Recorder:
         if self.derivations:
             text = json.dumps(self.derivations, separators=(",", ":")).encode()
             self.add("rng", "rng", {"scope": "rank"}, count=len(self.derivations),
-                     derivations=self.derivations, out=[{"fp": f"{_hash_bytes(text):016x}",
+                     derivations=self.derivations, out=[{"fp": f"{fingerprint(text):016x}",
                                                          "dtype": "keys", "shape": []}])
             self.derivations = []
 
@@ -292,12 +287,6 @@ class Recorder:
 def _file_fingerprint(path):
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return f"{fingerprint(f.read()):016x}"
     except OSError:
         return None
-    return f"{_detcoll.hash(0, 0) if not data else _hash_bytes(data):016x}"
-
-
-def _hash_bytes(data):
-    t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    return _detcoll.hash(t.data_ptr(), t.numel())
