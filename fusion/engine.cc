@@ -17,8 +17,6 @@
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/names.h"
-#include "fusion/framing.h"
-#include "fusion/tags.h"
 
 namespace detcoll::fusion {
 namespace {
@@ -31,9 +29,6 @@ uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
   for (const RequestSpec& spec : specs) h.add(spec.name).addByte(0);
   return h.value() == 0 ? 1 : h.value();
 }
-
-// How much longer than the coordinator a rank waits for the negotiation before it gives up.
-constexpr double kCoordinatorGraceSeconds = 2;
 
 std::string kibibytes(size_t bytes) {
   return std::to_string(bytes / 1024) + " KiB";
@@ -327,51 +322,6 @@ void Engine::run() {
   }
 }
 
-Status Engine::exchange(const RankMessage& mine, Response* response) {
-  const int p = comm_.size();
-  TransferSet requests;
-  // A rank that stops answering is one whose engine sent nothing for the stall limit. The
-  // coordinator notices first and tells every rank; the others wait a little longer, to hear it
-  // from the coordinator rather than blame it.
-  const double limit = options_.stallShutdownSeconds;
-  if (comm_.rank() != 0) {
-    const std::vector<uint8_t> payload = encode(mine);
-    const Framed out = frame(payload);
-    std::vector<uint8_t> first(kFirstBytes);
-    requests.push_back(comm_.irecv(first.data(), first.size(), 0, kTagResponse));
-    postFramed(comm_, out, 0, kTagNegotiation, requests);
-    DETCOLL_RETURN_IF_ERROR(pollAll(comm_, requests, std::vector<int>(requests.size(), 0),
-                                    limit > 0 ? limit + kCoordinatorGraceSeconds : 0));
-    std::vector<uint8_t> answer;
-    DETCOLL_RETURN_IF_ERROR(finishFramed(comm_, first, 0, kTagResponse, &answer));
-    return decode(answer.data(), answer.size(), response);
-  }
-  std::vector<std::vector<uint8_t>> firsts(p, std::vector<uint8_t>(kFirstBytes));
-  std::vector<int> peers;
-  for (int r = 1; r < p; ++r) {
-    requests.push_back(comm_.irecv(firsts[r].data(), kFirstBytes, r, kTagNegotiation));
-    peers.push_back(r);
-  }
-  DETCOLL_RETURN_IF_ERROR(pollAll(comm_, requests, peers, limit));
-  std::vector<RankMessage> messages(p);
-  messages[0] = mine;
-  for (int r = 1; r < p; ++r) {
-    std::vector<uint8_t> payload;
-    DETCOLL_RETURN_IF_ERROR(finishFramed(comm_, firsts[r], r, kTagNegotiation, &payload));
-    DETCOLL_RETURN_IF_ERROR(decode(payload.data(), payload.size(), &messages[r]));
-  }
-  *response = coordinator_->process(messages, Clock::now());
-  response->fusionThresholdBytes = fusionThresholdBytes_.load();
-  const std::vector<uint8_t> answer = encode(*response);
-  const Framed out = frame(answer);
-  peers.clear();
-  for (int r = 1; r < p; ++r) {
-    postFramed(comm_, out, r, kTagResponse, requests);
-    peers.resize(requests.size(), r);
-  }
-  return pollAll(comm_, requests, peers, limit);
-}
-
 Status Engine::allreduce(Communicator& comm, const Descriptor& d, const void* const* send,
                          void* recv, size_t count) {
   collective::AllreduceOptions o;
@@ -390,7 +340,11 @@ void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThreshol
   plan.fusionThresholdBytes = fusionThresholdBytes;
   plan.directBytes = options_.directBytes;
   for (const Batch& batch : planBatches(ready, plan)) {
+    // The collective trace (docs/design.md, "The debugger"): in-place requests overwrite inputs.
+    std::vector<TraceRecord> traced =
+        options_.trace ? traceInputs(batch) : std::vector<TraceRecord>();
     const Status status = runBatch(batch);
+    if (options_.trace && status.isOk()) traceOutputs(batch, std::move(traced));
     if (status.code() != StatusCode::kTimeout) {
       finish(batch.requests, status);
       continue;

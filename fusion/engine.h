@@ -40,6 +40,7 @@
 #include "fusion/request.h"
 #include "fusion/response_cache.h"
 #include "fusion/timeline.h"
+#include "fusion/trace.h"
 
 namespace detcoll::fusion {
 
@@ -51,6 +52,10 @@ struct EngineOptions {
   double stallShutdownSeconds = 600;  // 0: wait forever
   std::string timelinePath;           // written by rank 0; empty: none
   size_t segmentBytes = 1 << 20;      // of the allreduce's schedule (collective/pipeline.h)
+  // The collective trace's directory (DETCOLL_TRACE; empty: none), which the C API opens; the
+  // engine appends its requests' records to `trace` (null: no trace).
+  std::string traceDir;
+  std::shared_ptr<Trace> trace;
   // Receives the coordinator's stall warnings (rank 0); unset: logged at WARN.
   std::function<void(const std::string&)> warn;
 };
@@ -116,6 +121,10 @@ class Engine {
   void run();  // the cycles, until the engines stop
   Status exchange(const RankMessage& mine, Response* response);
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
+  // The trace's records of a batch (engine_trace.cc): its inputs' fingerprints, taken before it
+  // runs, then its outputs', appended once it succeeded, before its requests complete.
+  std::vector<TraceRecord> traceInputs(const Batch& batch);
+  void traceOutputs(const Batch& batch, std::vector<TraceRecord> records);
   // A request the response names that this rank did not enqueue: none when the request's process
   // set does not include this rank (or was removed here, its requests here complete); the zeros
   // of an allreduce when this rank has joined; else false (a protocol error).

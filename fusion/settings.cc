@@ -14,6 +14,7 @@ Status loadEngineSettings(Environment& env, EngineOptions* options) {
     DETCOLL_RETURN_IF_ERROR(parseNumber(used, v, kCycleTimeMsRange, &result.cycleTimeMs));
   }
   if (const char* v = env.get("DETCOLL_TIMELINE", nullptr, &used)) result.timelinePath = v;
+  if (const char* v = env.get("DETCOLL_TRACE", nullptr, &used)) result.traceDir = v;
   if (const char* v = env.get("DETCOLL_STALL_CHECK_SECONDS", nullptr, &used)) {
     DETCOLL_RETURN_IF_ERROR(parseNumber(used, v, kStallSecondsRange, &result.stallWarningSeconds));
   }

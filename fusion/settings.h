@@ -7,6 +7,9 @@
 //                                                        0 to 2^40
 //   DETCOLL_CYCLE_TIME (HOROVOD_CYCLE_TIME)              milliseconds between cycles (1), 0 to 1000
 //   DETCOLL_TIMELINE                                     a timeline file written by rank 0
+//   DETCOLL_TRACE                                        the collective trace's directory
+//                                                        (fusion/trace.h), created where missing;
+//                                                        one that cannot be fails init
 //   DETCOLL_STALL_CHECK_SECONDS                          warn about a stall after (60; 0: never),
 //                                                        0.1 to 86400
 //   DETCOLL_STALL_SHUTDOWN_SECONDS                       fail a stalled request after (600; 0:

@@ -206,6 +206,8 @@ Status initialize() {
   runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
   runtime->collectives->setGpuTransport(runtime->config.collective.gpuTransport);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.collective.mode;
+  // A trace directory that cannot be written fails init on every rank, like a bad variable.
+  if (local.isOk()) local = openTrace(*runtime, mode);
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
   DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(*runtime));
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
@@ -291,6 +293,9 @@ detcoll_status_t detcoll_finalize(void) {
     }
   }
   if (failure.isOk() && g_runtime) failure = jobFailure(*g_runtime);
+  // Every record is in (the engine has stopped): the trace ends, with its end record only when
+  // the job did not fail.
+  if (g_runtime && g_runtime->trace) g_runtime->trace->close(failure.isOk());
   if (!failure.isOk()) {
     DETCOLL_LOG(kWarn) << "detcoll_finalize after a failure of the job (" << failure.message()
                        << "): "
@@ -357,9 +362,15 @@ detcoll_status_t detcoll_allreduce(const void* sendbuf, void* recvbuf, size_t co
   BufferPlace place;
   if (precheck.isOk()) precheck = place.add(sendbuf, "sendbuf");
   if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
-  return finish(leaveBlockingCall(g_runtime->collectives->allreduce(
-      currentMode(), sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op), name,
-      precheck, place.device())));
+  TracedCall traced;
+  if (g_runtime->trace && precheck.isOk()) {
+    traced = traceReduction(&sendbuf, 1, true, recvbuf, count, static_cast<int>(dtype),
+                            static_cast<int>(op), name, place.device());
+  }
+  return finish(
+      traceResult(traced, leaveBlockingCall(g_runtime->collectives->allreduce(
+                              currentMode(), sendbuf, recvbuf, count, static_cast<int>(dtype),
+                              static_cast<int>(op), name, precheck, place.device()))));
 }
 
 detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves, void* recvbuf,
@@ -377,9 +388,15 @@ detcoll_status_t detcoll_allreduce_leaves(const void* const* leaves, int nleaves
     }
   }
   if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
-  return finish(leaveBlockingCall(g_runtime->collectives->allreduceLeaves(
-      currentMode(), leaves, nleaves, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op),
-      name, precheck, place.device())));
+  TracedCall traced;
+  if (g_runtime->trace && precheck.isOk()) {
+    traced = traceReduction(leaves, nleaves, false, recvbuf, count, static_cast<int>(dtype),
+                            static_cast<int>(op), name, place.device());
+  }
+  return finish(traceResult(
+      traced, leaveBlockingCall(g_runtime->collectives->allreduceLeaves(
+                  currentMode(), leaves, nleaves, recvbuf, count, static_cast<int>(dtype),
+                  static_cast<int>(op), name, precheck, place.device()))));
 }
 
 detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtype, int root,
@@ -390,8 +407,13 @@ detcoll_status_t detcoll_broadcast(void* buf, size_t count, detcoll_dtype_t dtyp
     return finish(entered);
   BufferPlace place;
   if (precheck.isOk()) precheck = place.add(buf, "buf");
-  return finish(leaveBlockingCall(g_runtime->collectives->broadcast(
-      buf, count, static_cast<int>(dtype), root, name, precheck, place.device())));
+  TracedCall traced;
+  if (g_runtime->trace && precheck.isOk()) {
+    traced = traceBroadcast(buf, count, static_cast<int>(dtype), root, name, place.device());
+  }
+  return finish(traceResult(
+      traced, leaveBlockingCall(g_runtime->collectives->broadcast(
+                  buf, count, static_cast<int>(dtype), root, name, precheck, place.device()))));
 }
 
 detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t count,
@@ -403,8 +425,13 @@ detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t co
   BufferPlace place;
   if (precheck.isOk()) precheck = place.add(sendbuf, "sendbuf");
   if (precheck.isOk()) precheck = place.add(recvbuf, "recvbuf");
-  return finish(leaveBlockingCall(g_runtime->collectives->allgather(
-      sendbuf, recvbuf, count, static_cast<int>(dtype), name, precheck, place.device())));
+  TracedCall traced;
+  if (g_runtime->trace && precheck.isOk()) {
+    traced = traceAllgather(sendbuf, recvbuf, count, static_cast<int>(dtype), name, place.device());
+  }
+  return finish(traceResult(traced, leaveBlockingCall(g_runtime->collectives->allgather(
+                                        sendbuf, recvbuf, count, static_cast<int>(dtype), name,
+                                        precheck, place.device()))));
 }
 
 detcoll_status_t detcoll_set_cuda_stream(void* stream) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "collective/transport/mpi_communicator.h"
 #include "common/status.h"
 #include "fusion/engine.h"
+#include "fusion/trace.h"
 #include "kernels/rng/seed_state.h"
 
 namespace detcoll::bindings::c {
@@ -30,6 +32,7 @@ struct Runtime {
   std::unique_ptr<collective::Collectives> collectives;
   std::unique_ptr<fusion::Engine> engine;  // null when MPI is below MPI_THREAD_MULTIPLE
   std::string noEngine;                    // why there is no engine
+  std::shared_ptr<fusion::Trace> trace;    // DETCOLL_TRACE's; null when it is unset
   std::atomic<uint64_t> unnamed{0};
   // Process sets: the next id, and the members of each set (detcoll_sets.cc). Changed by the
   // collective add and remove, under g_mutex; the engine keeps its own copy for the enqueuing
@@ -81,6 +84,31 @@ Status initializeRandomState(Runtime& runtime);
 // *device = the CUDA device holding `pointer`, or -1 for host memory (always -1 in a build
 // without CUDA or on a machine without a GPU). An error when CUDA cannot tell.
 Status locateMemory(const void* pointer, int* device);
+
+// The collective trace (fusion/trace.h; docs/design.md, "The debugger"), when DETCOLL_TRACE is
+// set: opened on this rank at init, for every call after it; the engine gets it too. An error
+// names DETCOLL_TRACE, the path and the reason.
+Status openTrace(Runtime& runtime, Mode mode);
+
+// A blocking call's record in the trace, made before the call (its inputs' fingerprints) when the
+// trace is on and its arguments pass the call's own check (detcoll_trace.cc).
+struct TracedCall {
+  std::optional<fusion::TraceRecord> record;
+  const void* output = nullptr;
+  size_t outputBytes = 0;
+};
+TracedCall traceReduction(const void* const* leaves, int nleaves, bool single, void* recv,
+                          size_t count, int dtype, int op, const char* name, int device);
+TracedCall traceBroadcast(void* buf, size_t count, int dtype, int root, const char* name,
+                          int device);
+TracedCall traceAllgather(const void* send, void* recv, size_t count, int dtype, const char* name,
+                          int device);
+// Appends the record, with its output's fingerprint, when the call succeeded. Returns `status`.
+void appendTraced(TracedCall& call);
+inline Status traceResult(TracedCall& call, const Status& status) {
+  if (call.record && status.isOk()) appendTraced(call);
+  return status;
+}
 
 // An error naming `what` when pointer is device memory, saying why it must not be (`why`).
 Status checkHostMemory(const void* pointer, const char* what, const char* why);

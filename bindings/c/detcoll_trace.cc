@@ -1,0 +1,135 @@
+// The C API's part of the collective trace (fusion/trace.h; docs/design.md, "The debugger"):
+// opening it at init, and the records of the blocking collectives. The fusion engine records its
+// own requests (fusion/engine_trace.cc).
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings/c/runtime.h"
+#include "collective/call_checks.h"
+#include "common/fingerprint.h"
+
+namespace detcoll::bindings::c {
+namespace {
+
+// Every DETCOLL_* and HOROVOD_* variable of the environment, by name.
+std::vector<std::pair<std::string, std::string>> traceSettings() {
+  std::vector<std::pair<std::string, std::string>> settings;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    const size_t equals = text.find('=');
+    if (equals == std::string::npos) continue;
+    if (text.rfind("DETCOLL_", 0) == 0 || text.rfind("HOROVOD_", 0) == 0) {
+      settings.emplace_back(text.substr(0, equals), text.substr(equals + 1));
+    }
+  }
+  std::sort(settings.begin(), settings.end());
+  return settings;
+}
+
+// The record of a call whose arguments pass the call's own check (else the call fails and has
+// none), before its buffers are read: kind, name, mode, dtype, count and the place of its buffers.
+TracedCall begin(const char* kind, const collective::CallArguments& args, const char* name,
+                 int device) {
+  TracedCall call;
+  if (!collective::checkCall(args, g_runtime->comm->rank(), g_runtime->comm->size()).isOk()) {
+    return call;
+  }
+  fusion::TraceRecord r;
+  r.kind = kind;
+  r.name = name != nullptr ? name : "";
+  r.mode = currentMode();
+  r.type = static_cast<DataType>(args.dtype);
+  r.count = args.count;
+  r.device = device >= 0;
+  call.record = std::move(r);
+  call.output = args.recv;
+  return call;
+}
+
+size_t bytesOf(const fusion::TraceRecord& r, size_t elements) {
+  return elements * dataTypeSize(r.type);
+}
+
+}  // namespace
+
+Status openTrace(Runtime& runtime, Mode mode) {
+  const std::string& dir = runtime.config.engine.traceDir;
+  if (dir.empty()) return Status::ok();
+  auto trace = std::make_shared<fusion::Trace>();
+  DETCOLL_RETURN_IF_ERROR(
+      trace->open(dir, runtime.comm->rank(), runtime.comm->size(), mode, traceSettings()));
+  runtime.trace = trace;
+  runtime.config.engine.trace = std::move(trace);
+  return Status::ok();
+}
+
+TracedCall traceReduction(const void* const* leaves, int nleaves, bool single, void* recv,
+                          size_t count, int dtype, int op, const char* name, int device) {
+  collective::CallArguments args;
+  args.leaves = leaves;
+  args.nleaves = nleaves;
+  args.namedLeaves = !single;
+  args.recv = recv;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  TracedCall call = begin(single ? "allreduce" : "allreduce_leaves", args, name, device);
+  if (!call.record) return call;
+  fusion::TraceRecord& r = *call.record;
+  r.op = static_cast<ReduceOp>(op);
+  r.leaves = nleaves;
+  call.outputBytes = bytesOf(r, count);
+  if (!r.device) {
+    for (int l = 0; l < nleaves; ++l) r.inputs.push_back(fingerprint(leaves[l], call.outputBytes));
+  }
+  return call;
+}
+
+TracedCall traceBroadcast(void* buf, size_t count, int dtype, int root, const char* name,
+                          int device) {
+  collective::CallArguments args;
+  args.kind = collective::CallKind::kBroadcast;
+  args.recv = buf;
+  args.count = count;
+  args.dtype = dtype;
+  args.root = root;
+  TracedCall call = begin("broadcast", args, name, device);
+  if (!call.record) return call;
+  call.outputBytes = bytesOf(*call.record, count);
+  // Off the root, buf is only written: it has no input.
+  if (!call.record->device && root == g_runtime->comm->rank()) {
+    call.record->inputs.push_back(fingerprint(buf, call.outputBytes));
+  }
+  return call;
+}
+
+TracedCall traceAllgather(const void* send, void* recv, size_t count, int dtype, const char* name,
+                          int device) {
+  collective::CallArguments args;
+  args.kind = collective::CallKind::kAllgather;
+  args.send = send;
+  args.recv = recv;
+  args.count = count;
+  args.dtype = dtype;
+  TracedCall call = begin("allgather", args, name, device);
+  if (!call.record) return call;
+  const size_t bytes = bytesOf(*call.record, count);
+  call.outputBytes = bytes * static_cast<size_t>(g_runtime->comm->size());
+  if (!call.record->device) call.record->inputs.push_back(fingerprint(send, bytes));
+  return call;
+}
+
+void appendTraced(TracedCall& call) {
+  if (!g_runtime || !g_runtime->trace) return;
+  if (!call.record->device) call.record->output = fingerprint(call.output, call.outputBytes);
+  g_runtime->trace->append(*call.record);
+}
+
+}  // namespace detcoll::bindings::c
