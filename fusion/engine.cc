@@ -344,7 +344,7 @@ void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThreshol
     std::vector<TraceRecord> traced =
         options_.trace ? traceInputs(batch) : std::vector<TraceRecord>();
     const Status status = runBatch(batch);
-    if (options_.trace && status.isOk()) traceOutputs(batch, std::move(traced));
+    if (options_.trace) traceOutputs(batch, std::move(traced), status);
     if (status.code() != StatusCode::kTimeout) {
       finish(batch.requests, status);
       continue;

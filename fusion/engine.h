@@ -122,9 +122,9 @@ class Engine {
   Status exchange(const RankMessage& mine, Response* response);
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
   // The trace's records of a batch (engine_trace.cc): its inputs' fingerprints, taken before it
-  // runs, then its outputs', appended once it succeeded, before its requests complete.
+  // runs, then its outputs' (or the batch's error), appended before its requests complete.
   std::vector<TraceRecord> traceInputs(const Batch& batch);
-  void traceOutputs(const Batch& batch, std::vector<TraceRecord> records);
+  void traceOutputs(const Batch& batch, std::vector<TraceRecord> records, const Status& status);
   // A request the response names that this rank did not enqueue: none when the request's process
   // set does not include this rank (or was removed here, its requests here complete); the zeros
   // of an allreduce when this rank has joined; else false (a protocol error).

@@ -1,6 +1,6 @@
 // The fusion engine's records in the collective trace (engine.h, fusion/trace.h; docs/design.md,
 // "The debugger"): per request, the fingerprints of what this rank gives, taken before its batch
-// runs, and of what it receives, once the batch succeeded.
+// runs, and of what it receives, once the batch succeeded (else the batch's error).
 //   allreduce, allgather, reducescatter, alltoall: inputs [sendbuf], output recvbuf (allgather:
 //     every rank's count elements; reducescatter: this rank's block; alltoall: what it receives)
 //   broadcast: inputs [buf] on the root, none elsewhere (there buf is only written); output buf
@@ -38,6 +38,7 @@ std::vector<TraceRecord> Engine::traceInputs(const Batch& batch) {
     r.type = d.type;
     r.count = d.count;
     r.async = true;
+    r.joined = spec.owned != nullptr;  // the zeros of a joined rank (Engine::stand)
     if (d.kind == RequestKind::kAllreduce || d.kind == RequestKind::kReducescatter) r.op = d.op;
     const size_t element = dataTypeSize(d.type);
     if (d.kind == RequestKind::kAlltoall) {
@@ -59,12 +60,17 @@ std::vector<TraceRecord> Engine::traceInputs(const Batch& batch) {
   return records;
 }
 
-void Engine::traceOutputs(const Batch& batch, std::vector<TraceRecord> records) {
+void Engine::traceOutputs(const Batch& batch, std::vector<TraceRecord> records,
+                          const Status& status) {
   for (size_t i = 0; i < records.size(); ++i) {
     const RequestSpec& spec = batch.requests[i]->spec();
     const Descriptor& d = spec.descriptor;
     const Communicator* comm = communicatorOf(d.processSet);
-    if (comm == nullptr) return;  // the batch did not run here (runBatch says why)
+    if (!status.isOk() || comm == nullptr) {
+      // Failed (or did not run here: runBatch says why): the error, no output.
+      records[i].error = status.isOk() ? "the batch did not run on this rank" : status.message();
+      continue;
+    }
     size_t bytes = d.bytes();
     if (d.kind == RequestKind::kAllgather) {
       bytes *= static_cast<size_t>(comm->size());
@@ -78,7 +84,7 @@ void Engine::traceOutputs(const Batch& batch, std::vector<TraceRecord> records) 
     }
     records[i].output = fingerprint(spec.recv, bytes);
   }
-  options_.trace->appendBatch(records);
+  options_.trace->appendBatch(std::move(records));
 }
 
 }  // namespace detcoll::fusion

@@ -45,10 +45,9 @@ Trace::~Trace() {
   close(false);
 }
 
-Status Trace::open(const std::string& dir, int rank, int size, Mode mode,
-                   const std::vector<std::pair<std::string, std::string>>& settings) {
+Status Trace::prepare(const std::string& dir, int rank, int session) {
   namespace fs = std::filesystem;
-  if (thread_.joinable()) return traceError("'" + path_ + "' is open already");
+  if (fd_ >= 0) return traceError("'" + path_ + "' is open already");
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (fs::exists(status) && !fs::is_directory(status)) {
@@ -62,23 +61,34 @@ Status Trace::open(const std::string& dir, int rank, int size, Mode mode,
       return traceError("cannot create the directory '" + dir + "': " + ec.message());
     }
   }
-  const std::string path =
-      (fs::path(dir) / ("collectives.rank" + std::to_string(rank) + ".jsonl")).string();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) return traceError("cannot write '" + path + "': " + std::strerror(errno));
-  Json variables = Json::object();
-  for (const auto& [name, value] : settings) variables[name] = value;
-  const Json header = {{"detcoll_trace", 1}, {"source", "collectives"}, {"rank", rank},
-                       {"size", size},       {"mode", modeName(mode)},  {"settings", variables}};
+  const std::string name = "collectives.rank" + std::to_string(rank) +
+                           (session > 1 ? ".session" + std::to_string(session) : "") + ".jsonl";
+  const std::string path = (fs::path(dir) / name).string();
+  // The new trace is written under another name until start(): a failed init leaves the file of
+  // an earlier run as it was.
+  const std::string partial = path + ".partial";
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return traceError("cannot write '" + partial + "': " + std::strerror(errno));
   std::lock_guard<std::mutex> lock(mutex_);
   fd_ = fd;
   path_ = path;
+  rank_ = rank;
+  return Status::ok();
+}
+
+Status Trace::start(int size, Mode mode,
+                    const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ < 0 || open_ || thread_.joinable()) return traceError("not prepared to start");
+  Json variables = Json::object();
+  for (const auto& [name, value] : settings) variables[name] = value;
+  const Json header = {{"detcoll_trace", 1}, {"source", "collectives"}, {"rank", rank_},
+                       {"size", size},       {"mode", modeName(mode)},  {"settings", variables}};
   failed_ = false;
-  if (!writeOut(line(header))) {
-    ::close(fd_);
-    fd_ = -1;
-    return traceError("cannot write '" + path + "'");
+  if (::rename((path_ + ".partial").c_str(), path_.c_str()) != 0) {
+    return traceError("cannot write '" + path_ + "': " + std::strerror(errno));
   }
+  if (!writeOut(line(header))) return traceError("cannot write '" + path_ + "'");
   records_ = 0;
   open_ = true;
   closing_ = false;
@@ -86,24 +96,55 @@ Status Trace::open(const std::string& dir, int rank, int size, Mode mode,
   return Status::ok();
 }
 
-void Trace::append(const TraceRecord& record) {
+void Trace::abandon() {
   std::lock_guard<std::mutex> lock(mutex_);
-  add(record, -1, nullptr);
+  if (fd_ < 0 || open_ || thread_.joinable()) return;
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink((path_ + ".partial").c_str());
 }
 
-void Trace::appendBatch(const std::vector<TraceRecord>& records) {
+Status Trace::open(const std::string& dir, int rank, int size, Mode mode,
+                   const std::vector<std::pair<std::string, std::string>>& settings) {
+  DETCOLL_RETURN_IF_ERROR(prepare(dir, rank));
+  const Status started = start(size, mode, settings);
+  if (!started.isOk()) abandon();
+  return started;
+}
+
+void Trace::append(TraceRecord record) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  add(lock, std::move(record), -1, {});
+}
+
+void Trace::appendBatch(std::vector<TraceRecord> records) {
   std::vector<std::string> members;
   if (records.size() > 1) {
     for (const TraceRecord& r : records) members.push_back(r.name);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  // One batch's records stay together: room for all of them is made before the first.
+  drained_.wait(lock, [&] { return !open_ || queued_.size() < kMaxQueued; });
   const auto batch = static_cast<int64_t>(records_);
-  for (const TraceRecord& r : records) add(r, batch, members.empty() ? nullptr : &members);
+  for (size_t i = 0; i < records.size(); ++i) {
+    add(lock, std::move(records[i]), batch,
+        i == 0 ? std::move(members) : std::vector<std::string>());
+  }
 }
 
-void Trace::add(const TraceRecord& r, int64_t batch, const std::vector<std::string>* members) {
+void Trace::add(std::unique_lock<std::mutex>& lock, TraceRecord&& record, int64_t batch,
+                std::vector<std::string> members) {
+  if (batch < 0) drained_.wait(lock, [&] { return !open_ || queued_.size() < kMaxQueued; });
   if (!open_) return;
-  Json j = {{"seq", records_},
+  const bool wasEmpty = queued_.empty();
+  queued_.push_back(Queued{std::move(record), records_++, batch, std::move(members)});
+  if (wasEmpty) wake_.notify_one();
+}
+
+std::string Trace::format(const Queued& q) {
+  const TraceRecord& r = q.record;
+  const bool fingerprinted = !r.device && r.error.empty();
+  Json j = {{"seq", q.seq},
             {"kind", r.kind},
             {"name", r.name},
             {"set", r.set},
@@ -113,30 +154,37 @@ void Trace::add(const TraceRecord& r, int64_t batch, const std::vector<std::stri
             {"count", r.count},
             {"leaves", r.leaves},
             {"inputs", fingerprints(r)},
-            {"output", r.device ? Json(nullptr) : Json(fingerprintHex(r.output))}};
+            {"output", fingerprinted ? Json(fingerprintHex(r.output)) : Json(nullptr)}};
   if (r.device) j["device"] = true;
   j["async"] = r.async;
-  if (batch >= 0) j["batch"] = batch;
-  if (members != nullptr) j["members"] = *members;
-  ++records_;
-  const bool wasEmpty = buffer_.empty();
-  buffer_ += line(j);
-  if (wasEmpty) wake_.notify_one();
+  if (q.batch >= 0) j["batch"] = q.batch;
+  if (!q.members.empty()) j["members"] = q.members;
+  if (r.joined) j["joined"] = true;
+  if (!r.error.empty()) j["error"] = r.error;
+  return line(j);
 }
 
 void Trace::writer() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return closing_ || !buffer_.empty(); });
+    wake_.wait(lock, [&] { return closing_ || !queued_.empty(); });
     // Records that arrive within the interval go out in one write.
     if (!closing_) wake_.wait_for(lock, kFlushInterval, [&] { return closing_; });
-    std::string text;
-    text.swap(buffer_);
+    std::vector<Queued> taken;
+    taken.swap(queued_);
     const bool last = closing_;
+    drained_.notify_all();
     lock.unlock();
+    std::string text;
+    for (const Queued& q : taken) text += format(q);
     if (!text.empty()) writeOut(text);
     lock.lock();
-    if (last && buffer_.empty()) return;
+    if (last && queued_.empty()) {
+      const std::string tail = std::move(tail_);
+      lock.unlock();
+      if (!tail.empty()) writeOut(tail);
+      return;
+    }
   }
 }
 
@@ -162,12 +210,21 @@ bool Trace::writeOut(const std::string& text) {
 void Trace::close(bool complete) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!open_) return;
-    if (complete) buffer_ += line(Json{{"end", true}, {"records", records_}});
+    if (!open_) {
+      // Prepared and never started: the new file goes, an earlier one stays as it was.
+      if (fd_ >= 0 && !thread_.joinable()) {
+        ::close(fd_);
+        fd_ = -1;
+        ::unlink((path_ + ".partial").c_str());
+      }
+      return;
+    }
+    if (complete) tail_ = line(Json{{"end", true}, {"records", records_}});
     open_ = false;
     closing_ = true;
   }
   wake_.notify_all();
+  drained_.notify_all();
   thread_.join();
   ::close(fd_);
   fd_ = -1;

@@ -207,7 +207,7 @@ Status initialize() {
   runtime->collectives->setGpuTransport(runtime->config.collective.gpuTransport);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.collective.mode;
   // A trace directory that cannot be written fails init on every rank, like a bad variable.
-  if (local.isOk()) local = openTrace(*runtime, mode);
+  if (local.isOk()) local = prepareTrace(*runtime);
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
   DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(*runtime));
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
@@ -243,6 +243,7 @@ Status initialize() {
   }
   DETCOLL_LOG(kInfo) << "initialized: rank " << runtime->comm->rank() << " of "
                      << runtime->comm->size() << ", mode " << modeName(mode);
+  startTrace(*runtime, mode);  // init succeeded on every rank: the trace replaces an older one
   g_runtime = std::move(runtime);
   g_finalized = false;
   return Status::ok();

@@ -14,20 +14,28 @@
 #include "bindings/c/runtime.h"
 #include "collective/call_checks.h"
 #include "common/fingerprint.h"
+#include "common/logging.h"
 
 namespace detcoll::bindings::c {
 namespace {
 
-// Every DETCOLL_* and HOROVOD_* variable of the environment, by name.
+// Variables that only say where to write what is observed: two runs traced to other directories
+// have the same settings (detcoll/debug's OBSERVERS).
+constexpr const char* kObservers[] = {"DETCOLL_DEBUG_RECORD", "DETCOLL_TRACE",
+                                      "DETCOLL_TIMELINE",     "DETCOLL_LOG",
+                                      "HOROVOD_TIMELINE",     "HOROVOD_LOG"};
+
+// Every DETCOLL_* and HOROVOD_* variable of the environment but the observers, by name.
 std::vector<std::pair<std::string, std::string>> traceSettings() {
   std::vector<std::pair<std::string, std::string>> settings;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string text(*entry);
     const size_t equals = text.find('=');
     if (equals == std::string::npos) continue;
-    if (text.rfind("DETCOLL_", 0) == 0 || text.rfind("HOROVOD_", 0) == 0) {
-      settings.emplace_back(text.substr(0, equals), text.substr(equals + 1));
-    }
+    if (text.rfind("DETCOLL_", 0) != 0 && text.rfind("HOROVOD_", 0) != 0) continue;
+    const auto observer = [&](const char* prefix) { return text.rfind(prefix, 0) == 0; };
+    if (std::any_of(std::begin(kObservers), std::end(kObservers), observer)) continue;
+    settings.emplace_back(text.substr(0, equals), text.substr(equals + 1));
   }
   std::sort(settings.begin(), settings.end());
   return settings;
@@ -59,15 +67,29 @@ size_t bytesOf(const fusion::TraceRecord& r, size_t elements) {
 
 }  // namespace
 
-Status openTrace(Runtime& runtime, Mode mode) {
+namespace {
+int g_traceSessions = 0;  // traces started in this process (an init after finalize starts another)
+}  // namespace
+
+Status prepareTrace(Runtime& runtime) {
   const std::string& dir = runtime.config.engine.traceDir;
   if (dir.empty()) return Status::ok();
   auto trace = std::make_shared<fusion::Trace>();
-  DETCOLL_RETURN_IF_ERROR(
-      trace->open(dir, runtime.comm->rank(), runtime.comm->size(), mode, traceSettings()));
+  DETCOLL_RETURN_IF_ERROR(trace->prepare(dir, runtime.comm->rank(), g_traceSessions + 1));
   runtime.trace = trace;
   runtime.config.engine.trace = std::move(trace);
   return Status::ok();
+}
+
+void startTrace(Runtime& runtime, Mode mode) {
+  if (!runtime.trace) return;
+  const Status started = runtime.trace->start(runtime.comm->size(), mode, traceSettings());
+  if (started.isOk()) {
+    ++g_traceSessions;
+    return;
+  }
+  // The directory was writable a moment ago (prepareTrace): the job runs, untraced, and says so.
+  DETCOLL_LOG(kWarn) << started.message() << "; this run is not traced";
 }
 
 TracedCall traceReduction(const void* const* leaves, int nleaves, bool single, void* recv,
@@ -126,10 +148,14 @@ TracedCall traceAllgather(const void* send, void* recv, size_t count, int dtype,
   return call;
 }
 
-void appendTraced(TracedCall& call) {
+void appendTraced(TracedCall& call, const Status& status) {
   if (!g_runtime || !g_runtime->trace) return;
-  if (!call.record->device) call.record->output = fingerprint(call.output, call.outputBytes);
-  g_runtime->trace->append(*call.record);
+  if (!status.isOk()) {
+    call.record->error = status.message();
+  } else if (!call.record->device) {
+    call.record->output = fingerprint(call.output, call.outputBytes);
+  }
+  g_runtime->trace->append(std::move(*call.record));
 }
 
 }  // namespace detcoll::bindings::c

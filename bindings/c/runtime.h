@@ -86,9 +86,11 @@ Status initializeRandomState(Runtime& runtime);
 Status locateMemory(const void* pointer, int* device);
 
 // The collective trace (fusion/trace.h; docs/design.md, "The debugger"), when DETCOLL_TRACE is
-// set: opened on this rank at init, for every call after it; the engine gets it too. An error
-// names DETCOLL_TRACE, the path and the reason.
-Status openTrace(Runtime& runtime, Mode mode);
+// set: prepared at init before the ranks agree on it (a directory that cannot be written is an
+// error naming DETCOLL_TRACE, the path and the reason), started once init has succeeded, for every
+// call after it; the engine gets it too.
+Status prepareTrace(Runtime& runtime);
+void startTrace(Runtime& runtime, Mode mode);
 
 // A blocking call's record in the trace, made before the call (its inputs' fingerprints) when the
 // trace is on and its arguments pass the call's own check (detcoll_trace.cc).
@@ -103,10 +105,11 @@ TracedCall traceBroadcast(void* buf, size_t count, int dtype, int root, const ch
                           int device);
 TracedCall traceAllgather(const void* send, void* recv, size_t count, int dtype, const char* name,
                           int device);
-// Appends the record, with its output's fingerprint, when the call succeeded. Returns `status`.
-void appendTraced(TracedCall& call);
+// Appends the record: with its output's fingerprint when the call succeeded, else with the
+// error. Returns `status`.
+void appendTraced(TracedCall& call, const Status& status);
 inline Status traceResult(TracedCall& call, const Status& status) {
-  if (call.record && status.isOk()) appendTraced(call);
+  if (call.record) appendTraced(call, status);
   return status;
 }
 

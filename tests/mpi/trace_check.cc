@@ -2,16 +2,17 @@
 //   detcoll_trace_check
 // Rank 0 makes a temporary directory; every rank points DETCOLL_TRACE at a directory two levels
 // below it, which init must create, and runs: blocking allreduce (named, and unnamed in place),
-// allreduce_leaves, broadcast, allgather, a blocking call that fails (no record), asynchronous
-// allreduces enqueued together (fused, as the engine plans them), a grouped allreduce (one fused
-// batch), an asynchronous broadcast and reduce-scatter, a blocking allreduce, then an asynchronous
-// allreduce in a process set of ranks 0 and 1; then detcoll_finalize. Each rank then reads every
-// rank's file and checks, against what it computed itself before and after each call: the header
-// (rank, size, mode, every DETCOLL_* and HOROVOD_* variable), each record's seq, kind, name, set,
-// mode, dtype, op, count, leaves, the fingerprints of its inputs (taken before the call: the
-// in-place call overwrites its input) and of its expected result, the batches and their members,
-// the end record; and across ranks: the same records in the same order, with the same results.
-// Exits 0 when every rank passed; always finalizes MPI; removes the directory.
+// allreduce_leaves, broadcast, allgather, a call its own check refuses (no record), one that fails
+// across ranks (recorded with its error), asynchronous allreduces enqueued together (fused, as the
+// engine plans them), a grouped allreduce (one fused batch), an asynchronous broadcast and
+// reduce-scatter, a blocking allreduce, then an asynchronous allreduce in a process set of ranks 0
+// and 1; then detcoll_finalize. Each rank then reads every rank's file and checks, against what it
+// computed itself before and after each call: the header (rank, size, mode, every DETCOLL_* and
+// HOROVOD_* variable but the observers), each record's seq, kind, name, set, mode, dtype, op,
+// count, leaves, the fingerprints of its inputs (taken before the call: the in-place call
+// overwrites its input) and of its expected result, the batches and their members, the end record;
+// and across ranks: the same records in the same order, with the same results. Exits 0 when every
+// rank passed; always finalizes MPI; removes the directory.
 
 #include <mpi.h>
 #include <stdlib.h>
@@ -64,6 +65,7 @@ struct Expected {
   bool async = false;
   int block = -1;  // engine requests enqueued together; -1: in call order
   int set = 0;
+  std::string error;  // a failed call's: its record has the error and no output
 };
 std::vector<Expected> g_expected;
 
@@ -159,11 +161,23 @@ void runCalls() {
                           {hexOf(send)},
                           hexOf(want)});
   }
-  {  // a call that fails on every rank: no record
+  {  // a call refused by its own check (before any record): no record
     float x = 1, y = 0;
     expect(detcoll_allreduce(&x, &y, 1, static_cast<detcoll_dtype_t>(99), DETCOLL_SUM,
                              "blocking.bad") != DETCOLL_SUCCESS,
            "an allreduce of dtype 99 succeeded");
+  }
+  {  // a call that fails across ranks (another count on the last rank): recorded with its error
+    const uint64_t n = r == p - 1 ? 5 : 4;
+    std::vector<double> send(n, 0.25 * (r + 1)), recv(n);
+    const std::string in = hexOf(send);
+    expect(detcoll_allreduce(send.data(), recv.data(), n, DETCOLL_FLOAT64, DETCOLL_SUM,
+                             "blocking.mismatch") != DETCOLL_SUCCESS,
+           "an allreduce of counts that differ across ranks succeeded");
+    Expected e{"allreduce", "blocking.mismatch", "float64", "sum", n, 1, {in}, ""};
+    e.error = detcoll_last_error();
+    expect(!e.error.empty(), "no error message for the mismatched allreduce");
+    g_expected.push_back(e);
   }
   {  // asynchronous allreduces enqueued together: the engine fuses those ready in one cycle.
     // Ranks 1.. enqueue first and rank 0 last, so that they are likely ready together.
@@ -333,6 +347,8 @@ void runCalls() {
   }
 }
 
+// The DETCOLL_* and HOROVOD_* variables but DETCOLL_TRACE itself and the other observers, which
+// only say where to write what is observed (HOROVOD_TIMELINE_MARK_CYCLES is set for them).
 std::map<std::string, std::string> environmentSettings() {
   std::map<std::string, std::string> settings;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -342,6 +358,8 @@ std::map<std::string, std::string> environmentSettings() {
       settings[text.substr(0, equals)] = text.substr(equals + 1);
     }
   }
+  expect(settings.erase("DETCOLL_TRACE") == 1, "DETCOLL_TRACE is set");
+  expect(settings.erase("HOROVOD_TIMELINE_MARK_CYCLES") == 1, "an observer is set");
   return settings;
 }
 
@@ -412,14 +430,18 @@ void checkOwn(const std::string& path, const std::vector<Json>& lines, const std
                  {"inputs", e->inputs},
                  {"output", e->output},
                  {"async", e->async}};
+    if (!e->error.empty()) {
+      want["output"] = nullptr;
+      want["error"] = e->error;
+    }
     Json got = j;
     got.erase("batch");
     got.erase("members");
     expect(got == want, at(path, s) + "got " + got.dump() + ", expected " + want.dump());
     expect(j.contains("batch") == e->async, at(path, s) + "batch " + j.dump());
   }
-  // Batches: consecutive records, the first's seq as their id, members only where there are
-  // several, listing them in order.
+  // Batches: consecutive records, the first's seq as their id, members on the first only and only
+  // where there are several, listing them in order.
   std::map<int64_t, std::vector<std::string>> batches;
   for (size_t s = 0; s < n; ++s) {
     const Json& j = lines[s + 1];
@@ -433,8 +455,9 @@ void checkOwn(const std::string& path, const std::vector<Json>& lines, const std
   for (const auto& [b, names] : batches) {
     for (size_t k = 0; k < names.size(); ++k) {
       const Json& j = lines[static_cast<size_t>(b) + k + 1];
-      if (names.size() == 1) {
-        expect(!j.contains("members"), at(path, b) + "members of a batch of one: " + j.dump());
+      if (names.size() == 1 || k > 0) {
+        expect(!j.contains("members"),
+               at(path, b + k) + "members on other than a batch's first: " + j.dump());
       } else {
         expect(j.value("members", Json()) == Json(names),
                at(path, b + k) + "members " + j.value("members", Json()).dump());
@@ -471,6 +494,7 @@ int main(int argc, char** argv) {
   const std::string dir = std::string(top) + "/made/by_init";
   setenv("DETCOLL_TRACE", dir.c_str(), 1);
   setenv("HOROVOD_FUSION_THRESHOLD", "67108864", 0);  // a HOROVOD_ variable for the header
+  setenv("HOROVOD_TIMELINE_MARK_CYCLES", "0", 0);     // an observer: not in the header
   expect(provided >= MPI_THREAD_MULTIPLE, "MPI without MPI_THREAD_MULTIPLE: no engine");
   if (detcoll_init() != DETCOLL_SUCCESS) {
     expect(false, std::string("detcoll_init failed: ") + detcoll_last_error());
@@ -504,6 +528,7 @@ int main(int argc, char** argv) {
         for (Json* j : {&a, &b}) {
           j->erase("inputs");
           if (j->value("kind", "") == "reducescatter") j->erase("output");
+          if (j->contains("error")) j->erase("count");  // the mismatch itself
         }
         expect(a == b, "record " + std::to_string(s) + " differs between rank " +
                            std::to_string(g_rank) + " (" + a.dump() + ") and rank " +
