@@ -160,7 +160,10 @@ PYBIND11_MODULE(_detcoll, m) {
     uint64_t value = 0;
     detcoll_status_t status;
     {
-      py::gil_scoped_release release;  // memory speed, but large tensors take milliseconds
+      // Memory speed, so large tensors take milliseconds: other threads run meanwhile. A small
+      // one's hash takes less than handing the GIL over and back.
+      std::optional<py::gil_scoped_release> release;
+      if (bytes >= (256 << 10)) release.emplace();
       status = detcoll_hash(reinterpret_cast<const void*>(data), bytes, &value);
     }
     check(status);
@@ -318,5 +321,6 @@ PYBIND11_MODULE(_detcoll, m) {
         });
 
   defineOps(m);
+  defineDebug(m);
   defineRandom(m);
 }

@@ -216,6 +216,7 @@ void defineRandom(py::module_& m) {
     const detcoll_rng_key_t p = toKey(parent);
     detcoll_rng_key_t child;
     check(detcoll_rng_derive(&p, domain.c_str(), path.data(), path.size(), &child));
+    logDerivation(p, domain, path, child);
     return fromKey(child);
   });
   m.def("rng_begin_step", [](uint64_t step) { check(detcoll_rng_begin_step(step)); });
@@ -225,6 +226,7 @@ void defineRandom(py::module_& m) {
     detcoll_rng_key_t child;
     check(detcoll_rng_derive_checked(&p, domain.c_str(), path.data(), path.size(), purpose.c_str(),
                                      &child));
+    logDerivation(p, domain, path, child);
     return fromKey(child);
   });
   m.def("rng_fill", [](const std::string& kind, const std::vector<uint32_t>& key, uint64_t offset,

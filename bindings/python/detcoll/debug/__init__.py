@@ -15,6 +15,11 @@ from detcoll import _detcoll
 
 __all__ = ["fingerprint", "record", "micro_batch", "check_replicas"]
 
+# Environment variables that describe a run's bits (compared by diff) are DETCOLL_* and
+# HOROVOD_*, but for these, which only say where to write what is observed.
+OBSERVERS = ("DETCOLL_DEBUG_RECORD", "DETCOLL_TRACE", "DETCOLL_TIMELINE", "DETCOLL_LOG",
+             "HOROVOD_TIMELINE", "HOROVOD_LOG")
+
 
 def host_bytes(tensor, what="fingerprint"):
     """A CPU tensor's bytes in row-major order, as a flat uint8 tensor (a view where the tensor

@@ -14,14 +14,22 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 import detcoll
-from detcoll import rng as detcoll_rng
 from detcoll.debug import trace as _record
 
 _AUTOGRAD_ENTRY = os.path.join("autograd", "__init__.py")
 
 
-def _is_view(func):
-    """Views and metadata ops (t, view, expand, detach, ...) make no bits of their own."""
+# Ops whose outputs are memory not yet written (or grown with such memory): their bits differ from
+# run to run and mean nothing, until an op writes them (which is recorded).
+_UNWRITTEN = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                        "resize", "resize_", "resize_as", "resize_as_"))
+
+
+def _makes_no_bits(func):
+    """Views and metadata ops (t, view, expand, detach, ...) make no bits of their own, and
+    allocations make none that mean anything."""
+    if func.__name__.split(".")[0] in _UNWRITTEN:
+        return True
     returns = func._schema.returns
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
                                  for r in returns)
@@ -71,7 +79,7 @@ class _OpMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.recorder
-        if not rec.recording() or _is_view(func) or func.namespace == "profiler":
+        if not rec.recording() or _makes_no_bits(func) or func.namespace == "profiler":
             return func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
         inputs = [rec.tensor(t) for t in flat if isinstance(t, torch.Tensor)]
@@ -104,16 +112,7 @@ class Session:
         self.explicit = False
         self.handles = [torch_module.register_module_forward_pre_hook(self._pre),
                         torch_module.register_module_forward_hook(self._post)]
-        self.derive = detcoll_rng.Key.derive
-        session = self
-
-        def derive(key, domain, *path, purpose=None):
-            child = session.derive(key, domain, *path, purpose=purpose)
-            if _record._active is session.recorder:
-                session.recorder.rng(key.words, domain, path, child.words)
-            return child
-
-        detcoll_rng.Key.derive = derive
+        self.recorder.rng_log()
         self.mode = None
         if ops:
             self.mode = _OpMode(self.recorder)
@@ -154,7 +153,6 @@ class Session:
             self.mode.__exit__(None, None, None)
         for handle in self.handles:
             handle.remove()
-        detcoll_rng.Key.derive = self.derive
         _record._active = None
         self.recorder.close()
 

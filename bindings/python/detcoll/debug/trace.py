@@ -29,6 +29,7 @@ Recording does not change the run's bits: it reads tensors (hashes, copies) and 
 them, and the dispatch mode calls each op as it was called.
 """
 
+import base64
 import json
 import os
 import sys
@@ -39,17 +40,13 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
-from detcoll.debug import fingerprint, hash_bytes, host_bytes
+from detcoll.debug import OBSERVERS, fingerprint, host_bytes
 
 FORMAT = 1
 _active = None  # the recorder in effect in this process, or None
 _FLUSH_SECONDS = 1.0  # a crashed run leaves its records up to about this long before the crash
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DETCOLL_DIR = os.path.dirname(detcoll.__file__) + os.sep
-# Environment variables that describe a run's bits (compared by diff) are DETCOLL_* and
-# HOROVOD_*, but for these, which only say where to write what is observed.
-_OBSERVERS = ("DETCOLL_DEBUG_RECORD", "DETCOLL_TRACE", "DETCOLL_TIMELINE", "DETCOLL_LOG",
-              "HOROVOD_TIMELINE", "HOROVOD_LOG")
 
 
 def active():
@@ -58,33 +55,20 @@ def active():
 
 def run_settings():
     return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith(("DETCOLL_", "HOROVOD_")) and not k.startswith(_OBSERVERS)}
+            if k.startswith(("DETCOLL_", "HOROVOD_")) and not k.startswith(OBSERVERS)}
+
+
+_DTYPE_NAMES = {}
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+_quote = json.encoder.encode_basestring_ascii  # a str as a JSON string
+_RANK = '"scope":"rank"'
 
 
 def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
-
-
-class _Values:
-    """The bytes of each recorded tensor, once per content, appended to one file."""
-
-    def __init__(self, path):
-        self.file = open(path, "wb")
-        self.offsets = {}
-        self.size = 0
-
-    def put(self, fp, data):
-        key = (fp, data.numel())
-        at = self.offsets.get(key)
-        if at is None:
-            at = self.offsets[key] = self.size
-            if data.numel():
-                self.file.write(memoryview(data.numpy()))
-            self.size += data.numel()
-        return at
-
-    def close(self):
-        self.file.close()
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 class Recorder:
@@ -105,8 +89,10 @@ class Recorder:
         base = os.path.join(directory, f"training.rank{self.rank}")
         try:
             self.file = open(base + ".jsonl", "w")
-            self.values = _Values(os.path.join(directory, f"values.rank{self.rank}.bin")) \
-                if self.keep_values else None
+            # Fingerprints, and with values the bytes of each content once (module_debug.cc).
+            self.store = _detcoll.ValueStore(
+                os.path.join(directory, f"values.rank{self.rank}.bin") if self.keep_values
+                else os.devnull)
         except OSError as e:
             raise detcoll.InvalidArgumentError(
                 f"record: cannot write the trace in {directory!r}: {e.strerror}") from None
@@ -123,7 +109,6 @@ class Recorder:
         self.in_step = False
         self.registered = []  # optimizers whose parameters were listed
         self.hooks = []
-        self.derivations = []  # detcoll.rng keys derived in this step
         self.mode = None
         script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
         header = {"detcoll_trace": FORMAT, "source": "training", "rank": self.rank,
@@ -134,54 +119,69 @@ class Recorder:
                   "mode": detcoll.get_mode()}
         self._write(header)
 
-    # Writing.
+    # Writing. Records are assembled as text: a small model's step makes about 30 of them, and
+    # a generic encoder's cost per record would be a visible share of the step.
     def _write(self, record):
+        self._line(_encode(record) + "\n")
+
+    def _line(self, text):
         with self.lock:
-            self.file.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self.file.write(text)
             now = time.monotonic()
             if now - self.flushed > _FLUSH_SECONDS:
                 self.flushed = now
                 self.file.flush()
-                if self.values:
-                    self.values.file.flush()
+                self.store.flush()
 
     def recording(self):
         return self.step % self.every == 0
 
     def tensor(self, t):
-        """A tensor's description: fingerprint, dtype, shape and where its values are."""
+        """A tensor's description as JSON text: dtype, shape, fingerprint ("fp") and where its
+        values are in the values file ("at"); "fp" null for tensors not in host memory."""
         if not isinstance(t, torch.Tensor):
-            return None
-        info = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape)}
+            return "null"
+        head = f'{{"dtype":"{_dtype_name(t.dtype)}","shape":{list(t.shape)}'
         if t.layout != torch.strided or t.device.type != "cpu" or t.is_quantized:
-            info["fp"] = None
-            info["layout"] = str(t.layout) if t.layout != torch.strided else t.device.type
-            return info
-        data = host_bytes(t)
-        info["fp"] = f"{hash_bytes(data):016x}"
-        if self.values is not None:
-            with self.lock:
-                info["at"] = self.values.put(info["fp"], data)
-        return info
+            where = str(t.layout) if t.layout != torch.strided else t.device.type
+            return f'{head},"fp":null,"layout":{_quote(where)}}}'
+        if t.is_contiguous() and not t.is_complex():
+            data, size = t, t.numel() * t.element_size()
+        else:  # its bytes in row-major order (conjugate and negative views resolved)
+            data = host_bytes(t)
+            size = data.numel()
+        fp, at = self.store.put(data.data_ptr(), size, self.keep_values)
+        return f'{head},"fp":"{fp:016x}","at":{at}}}' if at >= 0 else f'{head},"fp":"{fp:016x}"}}'
 
     def _scope(self):
         if self.micro >= 0 and not self.in_step:
-            return {"scope": "micro", "micro": self.micro,
-                    "micro_index": self.micro_index}
-        return {"scope": "rank"}
+            index = "null" if self.micro_index is None else int(self.micro_index)
+            return f'"scope":"micro","micro":{self.micro},"micro_index":{index}'
+        return _RANK
 
     def _next(self, counter):
         n = self.counters.get(counter, 0)
         self.counters[counter] = n + 1
         return n
 
-    def add(self, kind, key, scope=None, **fields):
+    def add(self, kind, key, scope=None, out=(), inputs=None, text="", **fields):
+        """One record: `scope` and the tensor descriptions in `out` and `inputs` as JSON text
+        (_scope(), tensor()), `text` more fields as JSON text (",\"name\":...") and the other
+        fields as values."""
+        if fields:
+            text += "," + _encode(fields)[1:-1]
+        ins = ',"in":[' + ",".join(inputs) + "]" if inputs is not None else ""
         with self.lock:
-            record = {"seq": self.count, "step": self.step, "kind": kind, "key": key}
-            record.update(scope if scope is not None else self._scope())
-            record.update(fields)
+            self._line(f'{{"seq":{self.count},"step":{self.step},"kind":"{kind}",'
+                       f'"key":{_quote(key)},{scope if scope is not None else self._scope()}'
+                       f'{text}{ins},"out":[{",".join(out)}]}}\n')
             self.count += 1
-            self._write(record)
+
+    def _named(self, kind, name, t, text=""):
+        """The record of a tensor of the rank scope keyed by kind and name: gradients, reduced
+        gradients, parameters (the hot path: a few per parameter and step)."""
+        self.add(kind, f"{kind}:{name}", _RANK, [self.tensor(t)], None,
+                 f',"name":{_quote(name)}{text}')
 
     # What the hooks report.
     def start_micro_batch(self, index=None):
@@ -203,26 +203,24 @@ class Recorder:
         # Keyed by phase, module and op, counted apart: an op that runs in some micro-batches
         # only (autograd's accumulation into .grad after a rank's first micro-batch) leaves the
         # keys of the others in place.
-        scope = {"scope": "rank"} if phase == "accumulate" else self._scope()
+        scope = _RANK if phase == "accumulate" else self._scope()
         base = f"op:{phase}:{module}:{name}"
-        key = f"{base}#{self._next(('m:' if scope['scope'] == 'micro' else '') + base)}"
+        key = f"{base}#{self._next(('m:' if scope is not _RANK else '') + base)}"
         self.add("op", key, scope, op=name, module=module, site=site, phase=phase,
-                 replicated=phase == "step", args=args, **{"in": inputs}, out=outputs)
+                 replicated=phase == "step", args=args, inputs=inputs, out=outputs)
 
-    def rng(self, parent, domain, path, key):
-        if self.recording():
-            with self.lock:
-                self.derivations.append([str(domain), list(path), list(parent), list(key)])
+    def rng_log(self):
+        """Turns the log of detcoll.rng derivations (module_debug.cc) on for a recorded step."""
+        _detcoll.rng_log(self.recording())
 
     def _flush_rng(self):
-        """The step's key derivations as one record (a record per key costs more than the
-        step of a small model), its fingerprint that of their list."""
-        if self.derivations:
-            text = json.dumps(self.derivations, separators=(",", ":")).encode()
-            self.add("rng", "rng", {"scope": "rank"}, count=len(self.derivations),
-                     derivations=self.derivations, out=[{"fp": f"{fingerprint(text):016x}",
-                                                         "dtype": "keys", "shape": []}])
-            self.derivations = []
+        """The step's key derivations as one record: their log (parent, child, domain, path of
+        each; traces.decode_derivations reads it), base64 in the record, its fingerprint that of the
+        log."""
+        count, log = _detcoll.rng_log_take()
+        if count:
+            self.add("rng", "rng", _RANK, count=count, log=base64.b64encode(log).decode(),
+                     out=[f'{{"fp":"{fingerprint(log):016x}","dtype":"keys","shape":[]}}'])
 
     def leaf(self, name, grad):
         if self.recording():
@@ -232,14 +230,13 @@ class Recorder:
 
     def gradient(self, name, grad):
         if self.recording():
-            self.add("grad", f"grad:{name}", {"scope": "rank"}, name=name,
-                     out=[self.tensor(grad)])
+            self._named("grad", name, grad)
 
     def reduced(self, named_grads, mode):
         if self.recording():
+            text = f',"mode":{_quote(mode)},"replicated":true'
             for name, grad in named_grads:
-                self.add("reduced", f"reduced:{name}", {"scope": "rank"}, name=name, mode=mode,
-                         replicated=True, out=[self.tensor(grad)])
+                self._named("reduced", name, grad, text)
 
     def parameters(self, optimizer, names):
         """The model's parameter list once per optimizer (diff refuses traces of other models),
@@ -248,7 +245,7 @@ class Recorder:
             self.registered.append(id(optimizer))
             listed = [[names(p), list(p.shape), _dtype_name(p.dtype)]
                       for group in optimizer.param_groups for p in group["params"]]
-            self.add("model", "model#%d" % (len(self.registered) - 1), {"scope": "rank"},
+            self.add("model", "model#%d" % (len(self.registered) - 1), _RANK,
                      replicated=True, params=listed)
 
     def stepped(self, optimizer, names, mode):
@@ -259,16 +256,16 @@ class Recorder:
                 for group in optimizer.param_groups:
                     for p in group["params"]:
                         name = names(p)
-                        self.add("param", f"param:{name}", {"scope": "rank"}, name=name,
-                                 replicated=True, out=[self.tensor(p)])
+                        self._named("param", name, p, ',"replicated":true')
                         for k, v in sorted(optimizer.state.get(p, {}).items()):
                             if isinstance(v, torch.Tensor):
-                                self.add("state", f"state:{name}.{k}", {"scope": "rank"},
-                                         name=name, replicated=True, out=[self.tensor(v)])
-                self.add("step", "step", {"scope": "rank"}, micro_batches=self.micro + 1,
-                         mode=mode, replicated=True,
-                         torch_rng=[self.tensor(torch.get_rng_state())])
+                                self.add("state", f"state:{name}.{k}", _RANK,
+                                         [self.tensor(v)], None,
+                                         f',"name":{_quote(name)},"replicated":true')
+                self.add("step", "step", _RANK, micro_batches=self.micro + 1, mode=mode,
+                         replicated=True, out=[self.tensor(torch.get_rng_state())])
             self.step += 1
+            self.rng_log()
             self.micro = -1
             self.micro_index = None
             self.counters = {}
@@ -278,10 +275,10 @@ class Recorder:
             if self.file.closed:
                 return
             self._flush_rng()
+            _detcoll.rng_log(False)
             self._write({"end": True, "records": self.count, "steps": self.step})
             self.file.close()
-            if self.values is not None:
-                self.values.close()
+            self.store.close()
 
 
 def _file_fingerprint(path):
