@@ -63,14 +63,14 @@ def run(np_, directory, *args, env=None, check=True):
     environ.update(env or {})
     command = [MPIRUN, "-np", str(np_), "--oversubscribe"]
     for name in sorted(environ):
-        if name.startswith(("DETCOLL_", "HOROVOD_", "PLANT_", "PYTHONPATH")):
+        if name.startswith(("DETCOLL_", "HOROVOD_", "PLANT_", "PYTHONPATH", "OMPI_MCA_coll")):
             command += ["-x", name]
     command += [sys.executable, DRIVER] + (["--record", str(directory)] if directory else []) + \
         list(args)
     done = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=240)
-    lines = {int(m.group(1)): m.group(0) for m in
-             re.finditer(r"rank (\d+) (done weights [0-9a-f]{16}|error: [^\n]*?)(?=rank \d+ (?:done|error)|\n|$)",
-                         done.stdout)}
+    # Ranks' lines can share a line of mpirun's output: each ends where the next begins.
+    line = r"rank (\d+) (done weights [0-9a-f]{16}|error: [^\n]*?)(?=rank \d+ (?:done|error)|\n|$)"
+    lines = {int(m.group(1)): m.group(0) for m in re.finditer(line, done.stdout)}
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
         assert sorted(lines) == list(range(np_)), done.stdout
@@ -130,6 +130,54 @@ def test_ordered_runs_at_two_and_three_ranks_part_at_the_first_reduction(tmp_pat
     root = result["root_cause"]
     assert (root["kind"], root["step"], root["name"]) == ("reduced",) + expected, root
     assert expected[0] == 0  # the first step's reduction already parts
+
+
+def _first_root_reduction(dumps_a, dumps_b, names):
+    """From the runs' own dumps: the first (step, parameter), in step and parameter order, whose
+    reduced gradient differs on some rank while every rank's gradient before it matched."""
+    for step in range(len(dumps_a[0])):
+        for name in names:
+            inputs = all(torch.equal(a[step]["pre"][name], b[step]["pre"][name])
+                         for a, b in zip(dumps_a, dumps_b))
+            outputs = all(torch.equal(a[step]["reduced"][name], b[step]["reduced"][name])
+                          for a, b in zip(dumps_a, dumps_b))
+            if inputs and not outputs:
+                return step, name
+    return None
+
+
+@needs_mpi
+def test_native_runs_with_other_fusion_layouts_part_at_the_first_reduction(tmp_path):
+    """Native mode hands each fused batch to MPI's allreduce. Its ring sums an element in an
+    order set by the element's place in the batch, so a run whose batches are cut elsewhere
+    (rank 1 stalls in backward: --delay) gets other bits from the same gradients. Open MPI picks
+    the ring for large buffers; at 3 ranks on one node its non-blocking allreduce picks a binomial
+    tree, the same at every offset, so the test pins the ring. The 50 ms cycle makes the undelayed
+    run fuse what the delayed one cannot."""
+    env = {"DETCOLL_DETERMINISM": "native", "HOROVOD_CYCLE_TIME": "50",
+           "OMPI_MCA_coll_libnbc_iallreduce_algorithm": "1"}
+    for name, extra in (("a", ()), ("b", ("--delay",))):
+        run(3, tmp_path / name, "--dump", str(tmp_path / f"d{name}"), *extra,
+            env=dict(env, DETCOLL_TRACE=str(tmp_path / name)))
+    dumps = {n: [torch.load(tmp_path / f"d{n}.rank{r}") for r in range(3)] for n in "ab"}
+    names = list(dumps["a"][0][0]["reduced"])
+    expected = _first_root_reduction(dumps["a"], dumps["b"], names)
+    assert expected is not None, "the fusion layouts gave the same bits"
+    rc, result, _ = diff(tmp_path / "a", tmp_path / "b")
+    assert rc == 1, result
+    root = result["root_cause"]
+    assert (root["kind"], root["step"], root["name"]) == ("reduced",) + expected, root
+    assert root["outputs"][0]["elements"] > 0 and root["outputs"][0]["ulps"] > 0
+    # The collective trace: the first allreduce whose output differs while its inputs matched,
+    # fused with other tensors in the two runs; its tensor's reduction differs in the dumps.
+    coll = result["collectives"]["root_cause"]
+    assert coll is not None and coll["inputs_match"], result["collectives"]
+    assert coll["kind"] == "allreduce" and coll["members"] != coll["members_b"], coll
+    tensor = coll["name"].removeprefix("allreduce.")
+    step = next(i for i in range(len(dumps["a"][0]))
+                if not torch.equal(dumps["a"][0][i]["reduced"][tensor],
+                                   dumps["b"][0][i]["reduced"][tensor]))
+    assert step == expected[0], (coll, expected)
 
 
 @needs_mpi

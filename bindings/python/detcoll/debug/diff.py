@@ -15,158 +15,17 @@ them (gradients to reduce, reductions, the step's ops, parameters, state). Exit 
 the runs agree, 1 when they differ, 2 when the traces cannot be compared (the reason printed).
 """
 
-import glob
+import base64
 import json
-import os
-import re
+import struct
 import sys
 
 import numpy as np
 
-FORMAT = 1
+from detcoll.debug.traces import Trace, TraceError, compare_values, decode_derivations
+
 _AFTER = {"grad": 0, "reduced": 1, "op": 2, "param": 3, "state": 4, "step": 5, "model": 6}
 _SOURCES = ("input", "rng", "step")  # records made from outside the run's computation
-
-
-class TraceError(Exception):
-    """A trace that cannot be read or compared; the message says why."""
-
-
-class Trace:
-    """One run's traces: per rank, the header and the records of each source."""
-
-    def __init__(self, directory):
-        self.directory = directory
-        self.training = self._load(directory, "training")
-        self.collectives = self._load(directory, "collectives")
-        if not self.training and not self.collectives:
-            raise TraceError(
-                f"{directory}: no trace here (training.rank<R>.jsonl from detcoll.debug.record "
-                "or DETCOLL_DEBUG_RECORD, collectives.rank<R>.jsonl from DETCOLL_TRACE)")
-        first = (self.training or self.collectives)[0]["header"]
-        self.size = first["size"]
-        self.header = first
-        self.values = {}
-
-    @staticmethod
-    def _load(directory, source):
-        paths = glob.glob(os.path.join(directory, f"{source}.rank*.jsonl"))
-        ranks = {}
-        for path in paths:
-            m = re.fullmatch(rf"{source}\.rank(\d+)\.jsonl", os.path.basename(path))
-            if m:
-                ranks[int(m.group(1))] = path
-        if not ranks:
-            return []
-        loaded = [_read(ranks[r], source, r) for r in sorted(ranks)]
-        size = loaded[0]["header"]["size"]
-        missing = sorted(set(range(size)) - set(ranks))
-        if missing or any(t["header"]["size"] != size for t in loaded):
-            raise TraceError(
-                f"{directory}: the {source} trace is incomplete: a run of {size} ranks, but files "
-                f"for ranks {sorted(ranks)}" + (f" (missing {missing})" if missing else ""))
-        return loaded
-
-    def value(self, rank, info):
-        """The recorded values of a tensor (its bytes, as uint8), or None."""
-        if info is None or info.get("at") is None:
-            return None
-        path = os.path.join(self.directory, f"values.rank{rank}.bin")
-        if path not in self.values:
-            if not os.path.exists(path):
-                return None
-            self.values[path] = np.memmap(path, dtype=np.uint8, mode="r") \
-                if os.path.getsize(path) else np.zeros(0, np.uint8)
-        data = self.values[path]
-        n = _nbytes(info)
-        if info["at"] + n > data.size:
-            raise TraceError(f"{path} is truncated: a record's values lie past its end")
-        return np.asarray(data[info["at"]:info["at"] + n])
-
-
-def _read(path, source, rank):
-    records, header, end = [], None, None
-    try:
-        with open(path) as f:
-            lines = f.readlines()
-    except OSError as e:
-        raise TraceError(f"{path}: {e.strerror}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.endswith("\n"):
-            raise TraceError(f"{path} is truncated: line {number} is cut short (the run stopped "
-                             "while writing it)")
-        try:
-            item = json.loads(line)
-        except ValueError:
-            raise TraceError(f"{path}: line {number} is not a trace record (the file is "
-                             "corrupt)") from None
-        if not isinstance(item, dict):
-            raise TraceError(f"{path}: line {number} is not a trace record (the file is corrupt)")
-        if number == 1:
-            if item.get("detcoll_trace") != FORMAT or item.get("source") != source:
-                raise TraceError(f"{path}: not a detcoll {source} trace of format {FORMAT}")
-            if item.get("rank") != rank or not isinstance(item.get("size"), int):
-                raise TraceError(f"{path}: its header says rank {item.get('rank')}, its name "
-                                 f"rank {rank}")
-            header = item
-        elif end is not None:
-            raise TraceError(f"{path}: line {number} follows the end record (the file is "
-                             "corrupt)")
-        elif item.get("end"):
-            end = item
-        else:
-            if "seq" not in item or "kind" not in item:
-                raise TraceError(f"{path}: line {number} is not a trace record (no seq or kind)")
-            records.append(item)
-    if header is None:
-        raise TraceError(f"{path} is empty")
-    if end is None:
-        raise TraceError(f"{path} is truncated: it has no end record (the run stopped before "
-                         "its recorder closed: a crash, a kill, or a run still going)")
-    if end.get("records") != len(records):
-        raise TraceError(f"{path}: its end record counts {end.get('records')} records, the file "
-                         f"holds {len(records)} (the file is corrupt)")
-    return {"header": header, "records": records}
-
-
-_ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "float16": 2, "bfloat16": 2,
-             "int32": 4, "float32": 4, "int64": 8, "float64": 8, "complex64": 4,
-             "complex128": 8}
-_FLOATS = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
-
-
-def _nbytes(info):
-    count = int(np.prod(info["shape"])) if info["shape"] else 1
-    unit = _ITEMSIZE.get(info["dtype"], 1)
-    return count * unit * (2 if info["dtype"].startswith("complex") else 1)
-
-
-def compare_values(a, b, info):
-    """(elements that differ, the largest difference in ulps) of two tensors' bytes; ulps count
-    representable values between them (integers: the difference)."""
-    unit = _ITEMSIZE.get(info["dtype"], 1)
-    ints = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[unit]
-    ua, ub = a.view(ints), b.view(ints)
-    if info["dtype"].startswith("complex"):  # a complex element is two floats
-        differ = (ua != ub).reshape(-1, 2).any(axis=1)
-    else:
-        differ = ua != ub
-    count = int(np.count_nonzero(differ))
-    if not count:
-        return 0, 0
-    changed = np.flatnonzero(ua != ub)  # Python ints from here: 64-bit differences overflow
-    ua, ub = ua[changed].astype(object), ub[changed].astype(object)
-    bits = unit * 8
-
-    def ordered(u):
-        if info["dtype"] in _FLOATS:
-            sign = u >> (bits - 1)
-            return np.where(sign == 1, -(u & ((1 << (bits - 1)) - 1)), u)
-        if info["dtype"].startswith("int"):
-            return np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
-        return u
-
-    return count, int(max(abs(x - y) for x, y in zip(ordered(ua), ordered(ub))))
 
 
 class _Aligned:
@@ -214,8 +73,6 @@ class _Aligned:
 
 
 def _outputs(record):
-    if record["kind"] == "step":
-        return [o.get("fp") for o in record.get("torch_rng") or []]
     return [None if o is None else o.get("fp") for o in record.get("out", [])]
 
 
@@ -250,6 +107,14 @@ def _what(record):
     return f"{names.get(kind, kind)} {record.get('name', record['key'])!r}".rstrip()
 
 
+def _derivations(record):
+    """A step's rng record as [domain, path, parent, child] lists."""
+    try:
+        return decode_derivations(base64.b64decode(record["log"], validate=True))
+    except (KeyError, TypeError, ValueError, struct.error) as e:
+        raise TraceError(f"a corrupt rng record (step {record.get('step')}): {e}") from None
+
+
 def _detail(a_trace, b_trace, ra, rb):
     """How the outputs differ: elements and ulps where the values were kept."""
     out = []
@@ -257,9 +122,10 @@ def _detail(a_trace, b_trace, ra, rb):
         if oa is None or ob is None or oa.get("fp") == ob.get("fp"):
             continue
         if ra["kind"] == "rng":
-            first = next((i for i, (x, y) in enumerate(zip(ra["derivations"], rb["derivations"]))
-                          if x != y), min(ra["count"], rb["count"]))
-            shown = ra["derivations"][first] if first < ra["count"] else None
+            da, db = (_derivations(r) for r in (ra, rb))
+            first = next((i for i, (x, y) in enumerate(zip(da, db)) if x != y),
+                         min(len(da), len(db)))
+            shown = da[first] if first < len(da) else None
             out.append({"elements": None, "note": f"derivation {first} differs"
                         + (f" ({shown[0]!r}, path {shown[1]})" if shown else "")})
             continue
@@ -290,7 +156,7 @@ def _check_comparable(a, b):
     ma, mb = _mode(a), _mode(b)
     if ma != mb:
         return f"the runs differ in their determinism mode: {ma} vs {mb}"
-    sa, sb = ha.get("settings", {}), hb.get("settings", {})
+    sa, sb = (_settings(t) for t in (a, b))
     for name in sorted(set(sa) | set(sb)):
         if sa.get(name) != sb.get(name):
             return (f"the runs differ in their settings: {name} is {sa.get(name)!r} in A and "
@@ -300,6 +166,15 @@ def _check_comparable(a, b):
     if len(models) == 2 and models[0] != models[1]:
         return "the runs train different models (their parameter lists differ)"
     return None
+
+
+def _settings(trace):
+    """The run's DETCOLL_*/HOROVOD_* settings but for those that only say where to write what is
+    observed (a trace's own directory)."""
+    from detcoll.debug import OBSERVERS
+
+    return {k: v for k, v in trace.header.get("settings", {}).items()
+            if not k.startswith(OBSERVERS)}
 
 
 def _mode(trace):
@@ -390,29 +265,52 @@ def compare(dir_a, dir_b):
 
 
 def _compare_collectives(a, b):
-    """The collective traces, aligned by rank and sequence number (same world size only)."""
+    """The collective traces (same world size only), aligned per rank by kind, name and the
+    name's occurrence: the order of a native run's fused batches depends on timing, so sequence
+    numbers need not pair the same calls. A differing record whose inputs matched is a root
+    cause; its fused batch, in each run, shows why."""
     if a.size != b.size:
         return {"compared": 0, "differ": 0, "note": "not compared across world sizes",
                 "root_cause": None}
-    compared = differ = 0
+
+    def keyed(records):
+        # A fused batch lists its members on its first record (seq == batch) only.
+        batches = {r["seq"]: r.get("members") or [r.get("name")]
+                   for r in records if r.get("batch") == r.get("seq")}
+        seen, out = {}, {}
+        for r in records:
+            if "batch" in r:
+                r = dict(r, members=batches.get(r["batch"]))
+            base = (r["kind"], r.get("name"), r.get("set"))
+            n = seen[base] = seen.get(base, -1) + 1
+            out[base + (n,)] = r
+        return out
+
+    compared = differ = unmatched = 0
     root = first = None
     for rank in range(a.size):
-        ra_list, rb_list = a.collectives[rank]["records"], b.collectives[rank]["records"]
-        for ra, rb in zip(ra_list, rb_list):
+        ka = keyed(a.collectives[rank]["records"])
+        kb = keyed(b.collectives[rank]["records"])
+        unmatched += len(ka.keys() ^ kb.keys())
+        for key, ra in ka.items():
+            rb = kb.get(key)
+            if rb is None:
+                continue
             compared += 1
-            if ra.get("output") == rb.get("output") and ra.get("name") == rb.get("name"):
+            if ra.get("output") == rb.get("output"):
                 continue
             differ += 1
-            item = {"rank": rank, "seq": ra["seq"], "kind": ra["kind"], "name": ra.get("name"),
-                    "members": ra.get("members"), "members_b": rb.get("members"),
-                    "inputs_match": ra.get("inputs") == rb.get("inputs") and
-                    ra.get("name") == rb.get("name")}
+            item = {"rank": rank, "seq": ra["seq"], "seq_b": rb["seq"], "kind": ra["kind"],
+                    "name": ra.get("name"), "members": ra.get("members"),
+                    "members_b": rb.get("members"),
+                    "inputs_match": ra.get("inputs") == rb.get("inputs")}
             if first is None or (ra["seq"], rank) < (first["seq"], first["rank"]):
                 first = item
             if item["inputs_match"] and (root is None or
                                          (ra["seq"], rank) < (root["seq"], root["rank"])):
                 root = item
-    return {"compared": compared, "differ": differ, "first": first, "root_cause": root}
+    return {"compared": compared, "differ": differ, "only_one_run": unmatched, "first": first,
+            "root_cause": root}
 
 
 def _format(result):
@@ -456,12 +354,15 @@ def _format(result):
                                  key=lambda kv: kv[1]["step"]):
             lines.append(f"  {kind:8} {describe(item)}")
     coll = result.get("collectives")
-    if coll and coll.get("first"):
-        c = coll["first"]
-        members = f" in a fused batch of {c['members']}" if c.get("members") else ""
-        lines.append(f"first differing collective: rank {c['rank']} seq {c['seq']} {c['kind']} "
-                     f"{c['name']!r}{members}" + ("" if c["inputs_match"] else
-                                                  " (its inputs differ too)"))
+    if coll and coll.get("differ"):
+        c = coll["root_cause"] or coll["first"]
+        label = ("collective root cause (output differs, inputs matched)" if coll["root_cause"]
+                 else "first differing collective (its inputs differ too)")
+        lines.append(f"{label}: rank {c['rank']} seq {c['seq']} {c['kind']} {c['name']!r}")
+        if c.get("members") != c.get("members_b"):
+            lines.append(f"  its fused batch was {c.get('members')} in A and "
+                         f"{c.get('members_b')} in B: in native mode the backend's sum order "
+                         "can depend on the fusion layout")
     if not result["differ"] and not (coll and coll.get("differ")):
         lines.append(f"verdict: the runs agree ({result['compared']} records compared).")
     elif root:

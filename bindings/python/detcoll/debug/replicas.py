@@ -8,7 +8,6 @@ import itertools
 import torch
 
 import detcoll
-from detcoll import _detcoll
 from detcoll.debug import fingerprint
 
 _calls = itertools.count()  # the same sequence on every rank that calls, for the names
@@ -81,9 +80,12 @@ def check_named(named, process_set=None, what="check_replicas"):
         versions = {}
         for r, b in zip(ranks, blocks):
             versions.setdefault(b[2 + i] & (2**64 - 1), []).append(r)
-        held = "; ".join(
-            f"{'rank' if len(rs) == 1 else 'ranks'} {', '.join(map(str, rs))} hold{'s' if len(rs) == 1 else ''} {fp:016x}"
-            for fp, rs in sorted(versions.items(), key=lambda kv: (-len(kv[1]), kv[1])))
+        def holders(rs):
+            return f"rank {rs[0]} holds" if len(rs) == 1 else \
+                f"ranks {', '.join(map(str, rs))} hold"
+
+        held = "; ".join(f"{holders(rs)} {fp:016x}" for fp, rs in
+                         sorted(versions.items(), key=lambda kv: (-len(kv[1]), kv[1])))
         others = f" ({len(differing) - 1} more tensors differ after it)" if len(differing) > 1 \
             else ""
         raise detcoll.MismatchError(
