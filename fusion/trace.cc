@@ -73,7 +73,29 @@ Status Trace::prepare(const std::string& dir, int rank, int session) {
   fd_ = fd;
   path_ = path;
   rank_ = rank;
+  dir_ = dir;
+  suffix_ = session > 1 ? ".session" + std::to_string(session) : "";
   return Status::ok();
+}
+
+void Trace::removeStale(int size) {
+  // Files of ranks this run does not have, left by an earlier run of more ranks: diff would take
+  // them for this run's.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string prefix = "collectives.rank";
+  const std::string ending = suffix_ + ".jsonl";
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + ending.size() ||
+        name.compare(name.size() - ending.size(), ending.size(), ending) != 0) {
+      continue;
+    }
+    const std::string digits =
+        name.substr(prefix.size(), name.size() - prefix.size() - ending.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    if (std::stoi(digits) >= size) fs::remove(entry.path(), ec);
+  }
 }
 
 Status Trace::start(int size, Mode mode,
@@ -89,6 +111,7 @@ Status Trace::start(int size, Mode mode,
     return traceError("cannot write '" + path_ + "': " + std::strerror(errno));
   }
   if (!writeOut(line(header))) return traceError("cannot write '" + path_ + "'");
+  if (rank_ == 0) removeStale(size);
   records_ = 0;
   open_ = true;
   closing_ = false;

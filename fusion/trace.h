@@ -10,6 +10,7 @@
 //    "joined" for a joined rank's zeros, "error" (output null) for a call that failed}
 //   {"end": true, "records"}  (a clean detcoll_finalize; a file without it is truncated)
 // A process that initializes again after finalize writes collectives.rank<R>.session<N>.jsonl.
+// Rank 0 removes the files of ranks the run does not have (an earlier run's, of more ranks).
 //
 // Order: seq numbers a rank's records as they are appended, which is when each call completes: a
 // blocking call's on its thread once it returned, the engine's requests batch by batch in the
@@ -109,6 +110,7 @@ class Trace {
   void add(std::unique_lock<std::mutex>& lock, TraceRecord&& record, int64_t batch,
            std::vector<std::string> members);
   static std::string format(const Queued& q);  // on the writer thread
+  void removeStale(int size);                  // rank 0, at start()
   void writer();
   bool writeOut(const std::string& text);  // on the writer thread, or once it has stopped
 
@@ -119,6 +121,8 @@ class Trace {
   std::string tail_;                 // the end record, written after the queue at close
   uint64_t records_ = 0;
   int rank_ = 0;
+  std::string dir_;
+  std::string suffix_;  // ".session<N>" for session N > 1
   bool open_ = false;
   bool closing_ = false;
   bool failed_ = false;  // a write failed: the file is not complete

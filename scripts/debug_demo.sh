@@ -5,7 +5,8 @@
 # 1. The script runs twice, recorded with its aten ops (DETCOLL_DEBUG_RECORD, the script itself
 #    unchanged); `python3 -m detcoll.debug diff` must name that op and its call site.
 # 2. With --fixed (torch's index_add), two recorded runs must agree.
-# Usage: scripts/debug_demo.sh [DIR]  (the traces go to DIR, a temporary directory by default)
+# Usage: scripts/debug_demo.sh [DIR]  (the traces go to DIR, a temporary directory by default,
+# kept for a look with python3 -m detcoll.debug diff)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/mpi_env.sh
@@ -32,8 +33,10 @@ status=0
 record planted-1
 record planted-2
 diff_runs planted-1 planted-2
-if [ "$rc" = 1 ] && grep -q "demo.atomic_index_add" "$dir/planted-1-planted-2.diff" &&
-  grep -q "debug_demo_train.py:[0-9]* (forward)" "$dir/planted-1-planted-2.diff"; then
+# The line after "root cause" names the record: it must be the planted op, at its call site.
+root=$(sed -n '/^root cause/{n;p;q}' "$dir/planted-1-planted-2.diff")
+if [ "$rc" = 1 ] && [[ "$root" == *"op demo.atomic_index_add"* ]] &&
+  [[ "$root" =~ debug_demo_train\.py:[0-9]+\ \(forward\) ]]; then
   echo "planted op: named as the root cause, with its call site"
 else
   echo "planted op: NOT named (diff exit status $rc)"

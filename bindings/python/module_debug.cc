@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "binding.h"
 #include "detcoll.h"
@@ -39,10 +40,16 @@ class ValueStore {
   static constexpr size_t kBlock = 1 << 20;
   // Queued bytes beyond this make put() wait for the writer (a disk slower than the training).
   static constexpr size_t kMaxQueued = size_t{512} << 20;
+  // A tensor larger than this is written from its own memory, not copied (put() waits for it).
+  static constexpr size_t kDirect = size_t{64} << 20;
+  static constexpr int kClosed = -1;
+  static constexpr size_t kSpare = size_t{256} << 20;
   // From this size on, put() lets other threads run while it hashes and copies.
   static constexpr size_t kReleaseGil = 256 << 10;
 
-  explicit ValueStore(const std::string& path) : path_(path) {
+  // `maxQueued`: kMaxQueued but in tests (which make put() wait for the writer every time).
+  explicit ValueStore(const std::string& path, size_t maxQueued = kMaxQueued)
+      : path_(path), maxQueued_(maxQueued) {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd_ < 0) fail("cannot write", errno);
     writer_ = std::thread([this] { write(); });
@@ -66,12 +73,11 @@ class ValueStore {
       status = detcoll_hash(bytes != 0 ? pointer : nullptr, bytes, &fp);
       if (status == DETCOLL_SUCCESS && keep) {
         std::unique_lock<std::mutex> lock(mutex_);  // put() may run on several threads
-        const auto [it, added] = offsets_.try_emplace({fp, bytes}, size_);
-        at = it->second;
-        if (added) error = append(lock, pointer, bytes);
+        error = claim(lock, pointer, bytes, fp, &at);
       }
     }
     check(status);
+    if (error == kClosed) fail("cannot add to the closed values file", 0);
     if (error != 0) fail("cannot write", error);
     return {fp, at};
   }
@@ -104,8 +110,8 @@ class ValueStore {
 
  private:
   [[noreturn]] void fail(const char* what, int error) {
-    const std::string message =
-        std::string("record: ") + what + " '" + path_ + "': " + std::strerror(error);
+    std::string message = std::string("record: ") + what + " '" + path_ + "'";
+    if (error != 0) message += std::string(": ") + std::strerror(error);
     PyErr_SetString(PyExc_OSError, message.c_str());
     throw py::error_already_set();
   }
@@ -119,15 +125,37 @@ class ValueStore {
     wake_.notify_one();
   }
 
-  // Under mutex_: copies the bytes for the writer; 0 or the writer's error.
-  int append(std::unique_lock<std::mutex>& lock, const char* data, size_t bytes) {
-    size_ += static_cast<int64_t>(bytes);
-    written_.wait(lock, [&] { return queued_ <= kMaxQueued || error_ != 0; });
+  // Under mutex_: the offset of these bytes in the file (*at), their copy queued for the writer
+  // the first time; 0, or the error that keeps them out of the file (kClosed after close()).
+  int claim(std::unique_lock<std::mutex>& lock, const char* data, size_t bytes, uint64_t fp,
+            int64_t* at) {
+    if (closing_) return kClosed;
+    if (error_ != 0) return error_;  // the file is incomplete: no offset in it is good any more
+    const std::pair<uint64_t, size_t> key{fp, bytes};
+    const auto found = offsets_.find(key);
+    if (found != offsets_.end()) {
+      *at = found->second;
+      return 0;
+    }
+    // Room first (a disk slower than the training), so that no other put() comes between the
+    // offset claimed here and the bytes queued.
+    written_.wait(lock, [&] { return queued_ <= maxQueued_ || error_ != 0; });
     if (error_ != 0) return error_;
-    if (gathered_.size() + bytes > kBlock) queue();
-    if (gathered_.empty()) gathered_.reserve(std::max(kBlock, bytes));
-    gathered_.append(data, bytes);
-    if (gathered_.size() >= kBlock) queue();
+    if (bytes > kDirect) {
+      // Not copied: written from the tensor's memory once the writer has written the rest.
+      queue();
+      written_.wait(lock, [&] { return queued_ == 0 || error_ != 0; });
+      if (error_ == 0) error_ = writeAll(data, bytes);
+      if (error_ != 0) return error_;
+    } else {
+      if (gathered_.size() + bytes > kBlock) queue();
+      if (gathered_.empty()) gathered_ = block(std::max(kBlock, bytes));
+      gathered_.append(data, bytes);
+      if (gathered_.size() >= kBlock) queue();
+    }
+    *at = size_;
+    offsets_.emplace(key, size_);
+    size_ += static_cast<int64_t>(bytes);
     return 0;
   }
 
@@ -140,18 +168,38 @@ class ValueStore {
       blocks_.pop_front();
       const bool failed = error_ != 0;  // after a failed write nothing more is written
       lock.unlock();
-      const int error = failed ? 0 : writeAll(block);
+      const int error = failed ? 0 : writeAll(block.data(), block.size());
       lock.lock();
       if (error != 0 && error_ == 0) error_ = error;
       queued_ -= block.size();
+      if (spareBytes_ + block.capacity() <= kSpare) {
+        // Kept for the next copies: memory already faulted in (a fresh block's page faults cost
+        // more than the copy into it).
+        spareBytes_ += block.capacity();
+        block.clear();
+        spare_.push_back(std::move(block));
+      }
       written_.notify_all();
     }
   }
 
-  // Outside mutex_.
-  int writeAll(const std::string& block) {
-    const char* data = block.data();
-    size_t left = block.size();
+  // Under mutex_: an empty buffer of at least `capacity` bytes, a spare one where there is one.
+  std::string block(size_t capacity) {
+    for (size_t i = spare_.size(); i-- > 0;) {
+      if (spare_[i].capacity() >= capacity) {
+        std::string found = std::move(spare_[i]);
+        spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
+        spareBytes_ -= found.capacity();
+        return found;
+      }
+    }
+    std::string fresh;
+    fresh.reserve(capacity);
+    return fresh;
+  }
+
+  // 0 or the errno of the failed write.
+  int writeAll(const char* data, size_t left) {
     while (left > 0) {
       const ssize_t n = ::write(fd_, data, left);
       if (n < 0 && errno == EINTR) continue;
@@ -178,6 +226,7 @@ class ValueStore {
   }
 
   std::string path_;
+  size_t maxQueued_;
   int fd_ = -1;
   int64_t size_ = 0;  // of the file once everything queued is written
   std::map<std::pair<uint64_t, size_t>, int64_t> offsets_;
@@ -185,7 +234,9 @@ class ValueStore {
   std::condition_variable wake_;     // the writer: a block is queued, or closing_
   std::condition_variable written_;  // put(): a block was written
   std::string gathered_;             // not yet queued
-  std::deque<std::string> blocks_;   // queued for the writer
+  std::vector<std::string> spare_;   // written blocks, kept for reuse (at most kSpare bytes)
+  size_t spareBytes_ = 0;
+  std::deque<std::string> blocks_;  // queued for the writer
   size_t queued_ = 0;
   bool closing_ = false;
   int error_ = 0;  // the first failed write's errno: the file is incomplete
@@ -225,7 +276,8 @@ void defineDebug(py::module_& m) {
     return taken;
   });
   py::class_<ValueStore>(m, "ValueStore")
-      .def(py::init<const std::string&>())
+      .def(py::init<const std::string&, size_t>(), py::arg("path"),
+           py::arg("max_queued") = ValueStore::kMaxQueued)
       .def("put", &ValueStore::put)
       .def("flush", &ValueStore::flush)
       .def("close", &ValueStore::close)

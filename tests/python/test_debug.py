@@ -245,3 +245,199 @@ def test_truncated_corrupt_and_foreign_traces_are_refused(tmp_path):
     os.remove(tmp_path / "a" / "training.rank1.jsonl")
     rc, result, _ = diff(tmp_path / "a", tmp_path / "invariant")
     assert rc == 2 and "missing [1]" in result["error"], result
+
+
+def _grow_and_read(directory, value):
+    """A recorded run that reads memory nothing wrote: x grows back with resize_, and its last
+    elements still hold what was there before the recording (value, other in each run)."""
+    x = torch.full((8,), value)
+    with dbg.record(directory, ops=True):
+        x.resize_(4)
+        torch.ones(4).mul_(3)
+        x.resize_(8)  # GROWN
+        y = x * 2  # READS
+        y.sum()
+    with open(__file__) as f:
+        text = f.read().splitlines()
+    return [next(i for i, t in enumerate(text, 1) if t.strip().endswith(m))
+            for m in ("# GROWN", "# READS")]
+
+
+def test_an_op_that_reads_memory_nothing_wrote_is_named_with_the_allocation(tmp_path):
+    grown, reads = _grow_and_read(tmp_path / "a", 1.25)
+    _grow_and_read(tmp_path / "b", 2.75)
+    rc, result, _ = diff(tmp_path / "a", tmp_path / "b")
+    assert rc == 1, result
+    root = result["root_cause"]
+    site = os.path.relpath(__file__)
+    assert root["op"] == "aten.mul.Tensor" and root["site"].startswith(f"{site}:{reads} "), root
+    assert root["reads_unwritten"]["op"] == "aten.resize_.default", root
+    assert root["reads_unwritten"]["site"].startswith(f"{site}:{grown} "), root
+    # The allocations themselves are never the cause, nor counted as differing records.
+    assert "aten.resize_" not in json.dumps(result["first_of_each_kind"]), result
+
+
+def test_recorded_tensors_read_back_as_recorded(tmp_path):
+    """The values file holds each recorded tensor's bytes at its offset, through the fast path
+    (contiguous) and the copy (negative and conjugate views, strided), and across the writer's
+    blocks (small and large tensors, repeats)."""
+    from detcoll.debug import trace as recorder, traces
+
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(300, 70, generator=g, dtype=torch.float64) * 1e5
+    tensors = [torch.randn(5, generator=g), wide, wide.t(), torch._neg_view(wide[:3, :4]),
+               torch._neg_view(torch.randn(6, generator=g)),
+               torch.randn(4, dtype=torch.complex64, generator=g).conj(),
+               torch.randn(7, generator=g).to(torch.bfloat16), torch.zeros(0),
+               torch.randn(600_000, generator=g), torch.randn(5, generator=g)]
+    tensors.append(tensors[0].clone())  # a repeat: stored once
+    rec = recorder.Recorder(tmp_path, values=True)
+    infos = [json.loads(rec.tensor(t)) for t in tensors]
+    rec.close()
+    run = traces.Trace.__new__(traces.Trace)
+    run.directory, run.values = str(tmp_path), {}
+    for t, info in zip(tensors, infos):
+        expected = t.resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
+        assert info["fp"] == f"{dbg.fingerprint(t):016x}", info
+        assert bytes(run.value(0, info)) == expected.numpy().tobytes(), info
+    assert infos[-1]["at"] == infos[0]["at"]
+
+
+def test_records_of_parameters_named_by_other_than_str_are_valid_json(tmp_path):
+    """DistributedOptimizer takes names of any type (named_parameters=enumerate(...)); the
+    records show them as str, and every line of the trace parses."""
+    from detcoll.debug import trace as recorder
+
+    rec = recorder.Recorder(tmp_path)
+    t = torch.randn(3)
+    rec.gradient(7, t)
+    rec.reduced([(7, t)], "ordered")
+    rec.leaf(("w", 1), t)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.randn(2))], lr=0.1, momentum=0.9)
+    opt.param_groups[0]["params"][0].grad = torch.ones(2)
+    opt.step()
+    rec.stepped(opt, lambda p: 11, "ordered")
+    rec.close()
+    with open(tmp_path / "training.rank0.jsonl") as f:
+        records = [json.loads(line) for line in f]
+    names = [(r["kind"], r["name"]) for r in records if "name" in r]
+    assert names == [("grad", "7"), ("reduced", "7"), ("leaf", "('w', 1)"), ("param", "11"),
+                     ("state", "11")], names
+
+
+def test_the_values_file_under_threads_a_slow_writer_and_after_close(tmp_path):
+    """put() from four threads at once while every put waits for the writer (max_queued=1):
+    each offset holds its tensor's bytes. A closed store refuses more; a write that fails is an
+    error of the store, not a silent gap."""
+    import threading
+
+    from detcoll import _detcoll
+
+    path = tmp_path / "values.bin"
+    store = _detcoll.ValueStore(str(path), max_queued=1)
+    g = torch.Generator().manual_seed(9)
+    sizes = torch.randint(1, 400_000, (4, 12), generator=g)
+    work = [[torch.randn(int(n), generator=g) for n in row] for row in sizes]
+    placed = [[] for _ in work]
+
+    def put(i):
+        for t in work[i]:
+            placed[i].append((t, store.put(t.data_ptr(), t.numel() * 4, True)))
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    store.close()
+    data = path.read_bytes()
+    assert len(data) == sum(t.numel() * 4 for w in work for t in w)
+    for t, (fp, at) in (p for ps in placed for p in ps):
+        assert fp == dbg.fingerprint(t) and data[at:at + t.numel() * 4] == t.numpy().tobytes()
+    with pytest.raises(OSError, match="closed values file"):
+        store.put(work[0][0].data_ptr(), 4, True)
+    full = _detcoll.ValueStore("/dev/full", max_queued=1)
+    a, b = torch.randn(1 << 19), torch.randn(1 << 19)
+    full.put(a.data_ptr(), a.numel() * 4, True)  # queued; the writer's write fails
+    with pytest.raises(OSError, match="No space left on device"):
+        full.put(b.data_ptr(), b.numel() * 4, True)  # waits for the writer: its error
+    with pytest.raises(OSError, match="No space left on device"):
+        full.put(a.data_ptr(), a.numel() * 4, True)  # not an offset of bytes never written
+    with pytest.raises(OSError, match="No space left on device"):
+        full.close()
+
+
+def _diff_text(a, b):
+    done = subprocess.run([sys.executable, "-m", "detcoll.debug", "diff", str(a), str(b)],
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout
+
+
+def _site(marker):
+    with open(__file__) as f:
+        line = next(i for i, t in enumerate(f, 1) if t.rstrip().endswith(marker))
+    return f"{os.path.relpath(__file__)}:{line} "
+
+
+def _seeded_permutation(directory, seed):
+    with dbg.record(directory, ops=True):
+        x = torch.linspace(-3.7, 9.1, 16)
+        perm = torch.randperm(16, generator=torch.Generator().manual_seed(seed))  # PERM
+        (x[perm] * 1.5).cumsum(0)
+
+
+def _default_generator_dropout(directory, seed):
+    torch.manual_seed(seed)
+    with dbg.record(directory, ops=True):
+        x = torch.linspace(-3.7, 9.1, 64)
+        torch.nn.functional.dropout(x, 0.5).sum()  # DROPOUT
+
+
+def test_the_cause_is_told_apart_arguments_from_python_and_a_random_op(tmp_path):
+    """A permutation from a generator seeded per run: the op that took the seed is named, with
+    the arguments that differ. Dropout from torch's default generator seeded per run: the random
+    op is named (its output buffer, allocated and overwritten, is not an input)."""
+    _seeded_permutation(tmp_path / "p1", 11)
+    _seeded_permutation(tmp_path / "p2", 12)
+    rc, result, _ = diff(tmp_path / "p1", tmp_path / "p2")
+    root = result["root_cause"]
+    assert rc == 1 and root["op"] == "aten.randperm.generator", root
+    assert root["cause"] == "arguments" and root["site"].startswith(_site("# PERM")), root
+    assert "initial_seed=11" in root["args_a"] and "initial_seed=12" in root["args_b"], root
+    rc, text = _diff_text(tmp_path / "p1", tmp_path / "p2")
+    assert "it was given other arguments" in text, text
+
+    _default_generator_dropout(tmp_path / "d1", 5)
+    _default_generator_dropout(tmp_path / "d2", 6)
+    rc, result, _ = diff(tmp_path / "d1", tmp_path / "d2")
+    root = result["root_cause"]
+    assert rc == 1 and root["op"].startswith("aten.bernoulli_"), root
+    assert root["cause"] == "op" and root["site"].startswith(_site("# DROPOUT")), root
+    rc, text = _diff_text(tmp_path / "d1", tmp_path / "d2")
+    assert "a random op drawing from torch's default generator" in text, text
+
+
+def test_an_order_from_python_hashing_is_named_and_the_environments_compared(tmp_path):
+    """A value from a set's iteration order (PYTHONHASHSEED differs between the runs) reaches an
+    op as an argument: that op is named, and diff reports the variable that differs."""
+    script = tmp_path / "hashing.py"
+    script.write_text(
+        "import sys\nimport torch\nimport detcoll.debug as dbg\n"
+        "with dbg.record(sys.argv[1], ops=True):\n"
+        "    x = torch.linspace(-3.7, 9.1, 16)\n"
+        "    first = list({'alpha', 'beta', 'gamma', 'delta', 'epsilon'})[0]\n"
+        "    print(first)\n"
+        "    (x * len(first)).sum()  # SCALED\n")
+    firsts = []
+    for seed in ("1", "4"):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / seed)],
+                              env=dict(os.environ, PYTHONHASHSEED=seed), capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        firsts.append(done.stdout.strip())
+    assert len(firsts[0]) != len(firsts[1]), firsts  # the seeds give other orders
+    rc, result, _ = diff(tmp_path / "1", tmp_path / "4")
+    root = result["root_cause"]
+    assert rc == 1 and root["op"] == "aten.mul.Tensor" and root["cause"] == "arguments", root
+    assert root["site"].startswith("hashing.py:8 "), root
+    assert ["PYTHONHASHSEED", "1", "4"] in result["environment"], result["environment"]

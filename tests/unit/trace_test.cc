@@ -286,6 +286,23 @@ TEST(TraceTest, AnAbandonedOpeningLeavesTheEarlierTraceAndLaterSessionsHaveTheir
   EXPECT_EQ(readLines(path), before);
 }
 
+TEST(TraceTest, RankZeroRemovesTheFilesOfRanksTheRunDoesNotHave) {
+  TempDir tmp;
+  for (const char* name :
+       {"collectives.rank1.jsonl", "collectives.rank2.jsonl", "collectives.rank7.jsonl",
+        "collectives.rank2.session2.jsonl", "training.rank5.jsonl"}) {
+    std::ofstream(tmp.path() + "/" + name) << "{}\n";
+  }
+  Trace trace;
+  ASSERT_TRUE(trace.open(tmp.path(), 0, 2, Mode::kOrdered, {}).isOk());
+  trace.close(true);
+  EXPECT_TRUE(fs::exists(tmp.path() + "/collectives.rank1.jsonl"));  // a rank of this run
+  EXPECT_FALSE(fs::exists(tmp.path() + "/collectives.rank2.jsonl"));
+  EXPECT_FALSE(fs::exists(tmp.path() + "/collectives.rank7.jsonl"));
+  EXPECT_TRUE(fs::exists(tmp.path() + "/collectives.rank2.session2.jsonl"));  // another session
+  EXPECT_TRUE(fs::exists(tmp.path() + "/training.rank5.jsonl"));              // the recorder's own
+}
+
 // The engine on 3 ranks as threads, each with its own trace: a group of in-place allreduces, one
 // fused batch.
 TEST(TraceTest, EngineRecordsFusedInPlaceBatchesInTheSameOrderOnEveryRank) {

@@ -1,12 +1,12 @@
-"""python3 -m detcoll.debug diff RUN_A RUN_B | audit [--json] (README, "Finding why two runs
-differ")."""
+"""python3 -m detcoll.debug diff RUN_A RUN_B [--json] [--any-script] | audit [--json] [--strict]
+(README, "Finding why two runs differ")."""
 
 import sys
 
 
 def main(argv):
-    usage = ("usage: python3 -m detcoll.debug diff RUN_A RUN_B [--json]\n"
-             "       python3 -m detcoll.debug audit [--json]")
+    usage = ("usage: python3 -m detcoll.debug diff RUN_A RUN_B [--json] [--any-script]\n"
+             "       python3 -m detcoll.debug audit [--json] [--strict]")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0 if argv else 2

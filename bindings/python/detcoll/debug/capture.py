@@ -6,12 +6,13 @@ optimizer's gradients, reductions and steps are reported by DistributedOptimizer
 import atexit
 import contextlib
 import os
+import re
 import sys
+import weakref
 
 import torch
 import torch.nn.modules.module as torch_module
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 import detcoll
 from detcoll.debug import trace as _record
@@ -19,20 +20,53 @@ from detcoll.debug import trace as _record
 _AUTOGRAD_ENTRY = os.path.join("autograd", "__init__.py")
 
 
-# Ops whose outputs are memory not yet written (or grown with such memory): their bits differ from
-# run to run and mean nothing, until an op writes them (which is recorded).
+# Ops whose outputs are memory not yet written (or grown with such memory): recorded, marked
+# "unwritten", since their bits differ from run to run and mean nothing until an op writes them;
+# diff names an op that reads such memory before anything wrote it.
 _UNWRITTEN = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                         "resize", "resize_", "resize_as", "resize_as_"))
+# In-place ops that overwrite their first argument without reading it.
+_OVERWRITE = frozenset(("copy_", "fill_", "zero_", "normal_", "uniform_", "random_",
+                        "exponential_", "geometric_", "cauchy_", "log_normal_", "bernoulli_"))
+_KINDS = {}  # op -> (makes no bits, unwritten, positions and names of write-only arguments)
 
 
-def _makes_no_bits(func):
-    """Views and metadata ops (t, view, expand, detach, ...) make no bits of their own, and
-    allocations make none that mean anything."""
-    if func.__name__.split(".")[0] in _UNWRITTEN:
-        return True
-    returns = func._schema.returns
-    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
-                                 for r in returns)
+def _kind(func):
+    """What the recorder makes of an op, read from its schema once: views and metadata ops (t,
+    view, expand, detach, ...) make no bits of their own; allocations make unwritten memory; an
+    op's write-only arguments (out=, the target of copy_ or fill_) are not among its inputs."""
+    known = _KINDS.get(func)
+    if known is None:
+        packet = func.__name__.split(".")[0]
+        returns = func._schema.returns
+        view = bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                     for r in returns)
+        written = set()
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write and \
+                    (a.kwarg_only or (i == 0 and packet in _OVERWRITE)):
+                written.add(a.name if a.kwarg_only else i)
+        unwritten = packet in _UNWRITTEN and func.namespace == "aten"
+        known = _KINDS[func] = (view and not unwritten, unwritten, frozenset(written))
+    return known
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_SHOWN = {}  # a code object's file -> how a call site shows it (None: torch or detcoll's own)
+
+
+def _shown_file(name):
+    shown = _SHOWN.get(name, False)
+    if shown is False:
+        if name.startswith((_record._TORCH_DIR, _record._DETCOLL_DIR)):
+            shown = None
+        else:
+            try:
+                shown = os.path.relpath(name)
+            except ValueError:
+                shown = name
+        _SHOWN[name] = shown
+    return shown
 
 
 def _site_and_backward():
@@ -40,24 +74,57 @@ def _site_and_backward():
     the op runs in autograd's backward."""
     frame, backward = sys._getframe(2), False
     while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith(_record._TORCH_DIR):
-            if name.endswith(_AUTOGRAD_ENTRY) and frame.f_code.co_name in ("backward", "grad"):
-                backward = True
-        elif not name.startswith(_record._DETCOLL_DIR):
-            try:
-                shown = os.path.relpath(name)
-            except ValueError:
-                shown = name
-            return f"{shown}:{frame.f_lineno} ({frame.f_code.co_name})", backward
+        code = frame.f_code
+        shown = _shown_file(code.co_filename)
+        if shown is not None:
+            return f"{shown}:{frame.f_lineno} ({code.co_name})", backward
+        if code.co_name in ("backward", "grad") and code.co_filename.endswith(_AUTOGRAD_ENTRY) \
+                and code.co_filename.startswith(_record._TORCH_DIR):
+            backward = True
         frame = frame.f_back
     return "", backward
 
 
+def _tensors(value, out):
+    """The tensors in nested lists, tuples and dicts, in order (what an op's arguments and
+    results hold)."""
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _tensors(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _tensors(v, out)
+    return out
+
+
+class _Shown:
+    """A value shown by a text of its own (its repr would hold a memory address)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def _shown_value(value):
+    if isinstance(value, torch.Tensor):
+        return "T"
+    if isinstance(value, torch.Generator):
+        return _Shown(f"Generator(initial_seed={value.initial_seed()})")
+    if type(value) in (list, tuple):
+        return type(value)(_shown_value(v) for v in value)
+    if type(value) is dict:
+        return {k: _shown_value(v) for k, v in value.items()}
+    return value
+
+
 def _argument_text(args, kwargs):
-    """The non-tensor arguments, exactly (a float's repr round-trips), tensors as T."""
-    shown = tree_map(lambda a: "T" if isinstance(a, torch.Tensor) else a, (args, kwargs))
-    return repr(shown)
+    """The non-tensor arguments, exactly (a float's repr round-trips), tensors as T, without
+    the memory addresses that other objects' reprs hold."""
+    return _ADDRESS.sub("", repr((_shown_value(args), _shown_value(kwargs))))
 
 
 def _accumulates(func, args, rec):
@@ -75,16 +142,44 @@ class _OpMode(TorchDispatchMode):
     def __init__(self, recorder):
         super().__init__()
         self.recorder = recorder
+        # Tensors an allocation returned and nothing wrote since: id -> (weak reference, version
+        # counter then, the allocation record's seq). An op that reads one is marked.
+        self.unwritten = {}
+
+    def _unwritten_seq(self, t):
+        entry = self.unwritten.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return None
+        if t._version != entry[1]:
+            del self.unwritten[id(t)]  # written since
+            return None
+        return entry[2]
+
+    def _input(self, rec, t):
+        info = rec.tensor(t)
+        seq = self._unwritten_seq(t) if self.unwritten else None
+        return info if seq is None else f'{info[:-1]},"unwritten":{seq}}}'
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.recorder
-        if not rec.recording() or _makes_no_bits(func) or func.namespace == "profiler":
+        if not rec.recording() or func.namespace == "profiler":
             return func(*args, **kwargs)
-        flat, _ = tree_flatten((args, kwargs))
-        inputs = [rec.tensor(t) for t in flat if isinstance(t, torch.Tensor)]
+        no_bits, unwritten, written = _kind(func)
+        if no_bits:
+            return func(*args, **kwargs)
+        if written:
+            read = _tensors([v for k, v in kwargs.items() if k not in written],
+                            _tensors([a for i, a in enumerate(args) if i not in written], []))
+        else:
+            read = _tensors(kwargs, _tensors(args, []))
+        inputs = [self._input(rec, t) for t in read]
         out = func(*args, **kwargs)
-        outputs = [rec.tensor(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        results = _tensors(out, [])
+        # An allocation's memory means nothing: described, not read (reading fresh pages would
+        # fault them in twice).
+        outputs = [rec.tensor(t, describe_only=True) if unwritten else rec.tensor(t)
+                   for t in results]
         site, backward = _site_and_backward()
         if rec.in_step:
             phase = "step"
@@ -97,7 +192,13 @@ class _OpMode(TorchDispatchMode):
         else:
             phase = "loss" if rec.micro >= 0 else "pre"
         module = rec.module_stack[-1] if rec.module_stack and not backward else ""
-        rec.op(str(func), module, site, phase, inputs, _argument_text(args, kwargs), outputs)
+        seq = rec.op(str(func), module, site, phase, inputs, _argument_text(args, kwargs),
+                     outputs, unwritten)
+        if unwritten:
+            if len(self.unwritten) > 4096:
+                self.unwritten = {k: v for k, v in self.unwritten.items() if v[0]() is not None}
+            for t in results:
+                self.unwritten[id(t)] = (weakref.ref(t), t._version, seq)
         return out
 
 

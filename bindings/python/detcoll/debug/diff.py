@@ -17,11 +17,13 @@ the runs agree, 1 when they differ, 2 when the traces cannot be compared (the re
 
 import base64
 import json
+import os
 import struct
 import sys
 
 import numpy as np
 
+from detcoll.debug import report
 from detcoll.debug.traces import Trace, TraceError, compare_values, decode_derivations
 
 _AFTER = {"grad": 0, "reduced": 1, "op": 2, "param": 3, "state": 4, "step": 5, "model": 6}
@@ -77,8 +79,7 @@ def _outputs(record):
 
 
 def _inputs(record):
-    return ([None if i is None else i.get("fp") for i in record.get("in", [])],
-            record.get("args"), record.get("op"))
+    return [None if i is None else i.get("fp") for i in record.get("in", [])]
 
 
 def _where(record):
@@ -143,16 +144,20 @@ def _detail(a_trace, b_trace, ra, rb):
     return out
 
 
-def _check_comparable(a, b):
+def _check_comparable(a, b, any_script=False):
     """The reason two runs' traces cannot be compared, or None."""
     ha, hb = a.header, b.header
     if bool(a.training) != bool(b.training):
         return "one run has a training trace and the other has none"
     if a.training:
-        for field, what in (("script", "script"), ("script_fingerprint", "script's contents"),
-                            ("every", "recording interval (every)")):
+        fields = (("every", "recording interval (every)"),) if any_script else (
+            ("script", "script"), ("script_fingerprint", "script's contents"),
+            ("every", "recording interval (every)"))
+        for field, what in fields:
             if ha.get(field) != hb.get(field):
-                return f"the runs differ in their {what}: {ha.get(field)!r} vs {hb.get(field)!r}"
+                return (f"the runs differ in their {what}: {ha.get(field)!r} vs "
+                        f"{hb.get(field)!r}" + ("" if field == "every" else
+                                                " (--any-script compares them all the same)"))
     ma, mb = _mode(a), _mode(b)
     if ma != mb:
         return f"the runs differ in their determinism mode: {ma} vs {mb}"
@@ -166,6 +171,13 @@ def _check_comparable(a, b):
     if len(models) == 2 and models[0] != models[1]:
         return "the runs train different models (their parameter lists differ)"
     return None
+
+
+def _environment_differs(a, b):
+    """The variables of the recorded environment (trace.py's ENVIRONMENT) whose values differ,
+    as [name, value in A, value in B]: not a reason to refuse, often the reason runs part."""
+    ea, eb = a.header.get("environment") or {}, b.header.get("environment") or {}
+    return [[k, ea.get(k), eb.get(k)] for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)]
 
 
 def _settings(trace):
@@ -185,10 +197,11 @@ def _mode(trace):
     return trace.header.get("mode")
 
 
-def compare(dir_a, dir_b):
-    """The comparison as a dict (see main for its fields). Raises TraceError."""
+def compare(dir_a, dir_b, any_script=False):
+    """The comparison as a dict (see main for its fields). Raises TraceError. any_script:
+    compare traces of scripts that differ (an edited script: a print added), with a note."""
     a, b = Trace(dir_a), Trace(dir_b)
-    reason = _check_comparable(a, b)
+    reason = _check_comparable(a, b, any_script)
     if reason:
         raise TraceError(f"cannot compare {dir_a} and {dir_b}: {reason}")
     ia, ib = _Aligned.index(a), _Aligned.index(b)
@@ -223,18 +236,49 @@ def compare(dir_a, dir_b):
         kind = ra["kind"]
         if kind in _SOURCES:
             return True
-        if kind == "op":
+        if kind == "op":  # its tensors: its arguments from Python are classified apart
             return ra.get("op") == rb.get("op") and _inputs(ra) == _inputs(rb)
         if kind == "reduced" and (same_size or invariant):
             return reduction_inputs(ia, ra) == reduction_inputs(ib, rb)
         return not earlier_differs  # its inputs are all the records before it
 
-    differing, root, firsts = 0, None, {}
+    # Allocations (ops marked unwritten): per run, (rank, seq) -> record.
+    def allocations(index):
+        return {(r["_rank"], r["seq"]): r for _, _, r in index.values() if r.get("unwritten")}
+
+    alloc_a, alloc_b = allocations(ia), allocations(ib)
+
+    def reads_unwritten(ra, rb):
+        """The allocation whose memory an op read before anything wrote it: every input that
+        differs is, in each run, marked as the output of that allocation (the same record in
+        both). None otherwise."""
+        if ra["kind"] != "op" or ra.get("op") != rb.get("op"):
+            return None
+        found = None
+        for x, y in zip(ra.get("in", []), rb.get("in", [])):
+            x, y = x or {}, y or {}
+            if x.get("fp") == y.get("fp"):
+                continue
+            ax = alloc_a.get((ra["_rank"], x.get("unwritten")))
+            ay = alloc_b.get((rb["_rank"], y.get("unwritten")))
+            if ax is None or ay is None or ax["_global"] != ay["_global"]:
+                return None
+            found = ax
+        return found
+
+    differing, root, root_alloc, firsts = 0, None, None, {}
     for order, ra, rb in pairs:
+        if ra.get("unwritten"):
+            continue  # memory not yet written: its bits mean nothing
         if _outputs(ra) == _outputs(rb) and (ra["kind"] != "op" or ra.get("op") == rb.get("op")):
             continue
-        if root is None and inputs_match(ra, rb, differing > 0):
-            root = (ra, rb)
+        if root is None:
+            if inputs_match(ra, rb, differing > 0):
+                root = (ra, rb)
+            else:
+                root_alloc = reads_unwritten(ra, rb)
+                if root_alloc is not None:
+                    root = (ra, rb)
         differing += 1
         firsts.setdefault(ra["kind"], (ra, rb))
 
@@ -251,11 +295,31 @@ def compare(dir_a, dir_b):
             item["b_op"] = rb.get("op")
         return item
 
+    def cause(ra, rb):
+        """Why the root cause's output differs: "data" (a source: a micro-batch's input, keys,
+        torch's generator), "arguments" (an op given other values from Python: a time, a hash
+        order, the environment), "unwritten" (it read memory nothing wrote), else "op" (the same
+        inputs and arguments, other bits: the op itself)."""
+        if root_alloc is not None:
+            return "unwritten"
+        if ra["kind"] in _SOURCES:
+            return "data"
+        if ra["kind"] == "op" and ra.get("args") != rb.get("args"):
+            return "arguments"
+        return "op"
+
     result = {"run_a": dir_a, "run_b": dir_b, "size_a": a.size, "size_b": b.size,
               "argv_a": a.header.get("argv"), "argv_b": b.header.get("argv"),
               "mode": _mode(a), "compared": len(pairs), "differ": differing,
               "only_a": only_a, "only_b": only_b,
-              "root_cause": shown(root) if root else None,
+              "root_cause": dict(shown(root), cause=cause(*root), args_a=root[0].get("args"),
+                                 args_b=root[1].get("args"),
+                                 reads_unwritten=None if root_alloc is None else {
+                                     "op": root_alloc.get("op"), "site": root_alloc.get("site"),
+                                     "where": _where(root_alloc)}) if root else None,
+              "environment": _environment_differs(a, b), "ops": bool(a.header.get("ops")),
+              "scripts_differ": [a.header.get(k) for k in ("script", "script_fingerprint")] !=
+              [b.header.get(k) for k in ("script", "script_fingerprint")],
               "first_of_each_kind": {k: shown(p) for k, p in firsts.items()},
               "collectives": collectives}
     if collectives and collectives.get("root_cause") and result["root_cause"] is None and \
@@ -286,11 +350,15 @@ def _compare_collectives(a, b):
             out[base + (n,)] = r
         return out
 
+    pairs = [(keyed(a.collectives[rank]["records"]), keyed(b.collectives[rank]["records"]))
+             for rank in range(a.size)]
+    # A call's result depends on every rank's inputs: its inputs matched only where they matched
+    # on every rank that made it.
+    inputs_differ = {key for ka, kb in pairs for key, ra in ka.items()
+                     if key in kb and ra.get("inputs") != kb[key].get("inputs")}
     compared = differ = unmatched = 0
     root = first = None
-    for rank in range(a.size):
-        ka = keyed(a.collectives[rank]["records"])
-        kb = keyed(b.collectives[rank]["records"])
+    for rank, (ka, kb) in enumerate(pairs):
         unmatched += len(ka.keys() ^ kb.keys())
         for key, ra in ka.items():
             rb = kb.get(key)
@@ -302,8 +370,7 @@ def _compare_collectives(a, b):
             differ += 1
             item = {"rank": rank, "seq": ra["seq"], "seq_b": rb["seq"], "kind": ra["kind"],
                     "name": ra.get("name"), "members": ra.get("members"),
-                    "members_b": rb.get("members"),
-                    "inputs_match": ra.get("inputs") == rb.get("inputs")}
+                    "members_b": rb.get("members"), "inputs_match": key not in inputs_differ}
             if first is None or (ra["seq"], rank) < (first["seq"], first["rank"]):
                 first = item
             if item["inputs_match"] and (root is None or
@@ -313,79 +380,27 @@ def _compare_collectives(a, b):
             "root_cause": root}
 
 
-def _format(result):
-    lines = [f"detcoll.debug diff: {result['run_a']} (np {result['size_a']}) vs "
-             f"{result['run_b']} (np {result['size_b']}), {result['mode']} mode: "
-             f"{result['compared']} records compared, {result['differ']} differ"]
-    if result["only_a"] or result["only_b"]:
-        lines.append(f"  {result['only_a']} records only in A, {result['only_b']} only in B "
-                     "(not compared)")
-    if result["argv_a"] != result["argv_b"]:
-        lines.append(f"  the scripts ran with other arguments: {result['argv_a']} vs "
-                     f"{result['argv_b']}")
-    if result["size_a"] != result["size_b"]:
-        lines.append("  world sizes differ: records of one rank's share (gradients before the "
-                     "reduction, ops outside micro-batches) are not compared")
-
-    def describe(item):
-        text = f"{item['where']}: {item['what']}"
-        if item.get("b_op"):
-            text += f" (B ran {item['b_op']} here: the runs took different paths)"
-        for o in item["outputs"]:
-            if o.get("elements") is not None:
-                text += (f"; {o['elements']} of {o['total']} elements differ, largest "
-                         f"difference {o['ulps']} ulps")
-            elif o.get("note"):
-                text += f"; {o['note']}"
-        return text
-
-    root = result["root_cause"]
-    if root:
-        lines.append("root cause (the first record whose output differs while its inputs "
-                     "matched):")
-        lines.append("  " + describe(root))
-    elif result["differ"]:
-        lines.append("root cause: none among the records: every differing record has inputs "
-                     "that differ, made outside what was recorded (numpy, a custom kernel, an "
-                     "in-place write outside torch ops); record with ops=True to see more")
-    if result["first_of_each_kind"]:
-        lines.append("first differing record of each kind:")
-        for kind, item in sorted(result["first_of_each_kind"].items(),
-                                 key=lambda kv: kv[1]["step"]):
-            lines.append(f"  {kind:8} {describe(item)}")
-    coll = result.get("collectives")
-    if coll and coll.get("differ"):
-        c = coll["root_cause"] or coll["first"]
-        label = ("collective root cause (output differs, inputs matched)" if coll["root_cause"]
-                 else "first differing collective (its inputs differ too)")
-        lines.append(f"{label}: rank {c['rank']} seq {c['seq']} {c['kind']} {c['name']!r}")
-        if c.get("members") != c.get("members_b"):
-            lines.append(f"  its fused batch was {c.get('members')} in A and "
-                         f"{c.get('members_b')} in B: in native mode the backend's sum order "
-                         "can depend on the fusion layout")
-    if not result["differ"] and not (coll and coll.get("differ")):
-        lines.append(f"verdict: the runs agree ({result['compared']} records compared).")
-    elif root:
-        lines.append(f"verdict: the runs part at {root['where']}: {root['what']} gives other "
-                     "bits from the same inputs.")
-    else:
-        lines.append("verdict: the runs differ, from inputs made outside the recorded ops.")
-    return "\n".join(lines)
+USAGE = "usage: python3 -m detcoll.debug diff RUN_A RUN_B [--json] [--any-script]"
 
 
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
-    as_json = "--json" in argv
-    if len(args) != 2:
-        print("usage: python3 -m detcoll.debug diff RUN_A RUN_B [--json]", file=sys.stderr)
+    options = [a for a in argv if a.startswith("--")]
+    unknown = [o for o in options if o not in ("--json", "--any-script")]
+    if len(args) != 2 or unknown:
+        print((f"unknown option {unknown[0]}\n" if unknown else "") + USAGE, file=sys.stderr)
         return 2
+    as_json = "--json" in options
     try:
-        result = compare(args[0], args[1])
+        result = compare(args[0], args[1], any_script="--any-script" in options)
     except TraceError as e:
         if as_json:
             print(json.dumps({"error": str(e)}))
         print(f"detcoll.debug diff: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=1) if as_json else _format(result))
+    try:
+        print(json.dumps(result, indent=1) if as_json else report.text(result), flush=True)
+    except BrokenPipeError:  # a reader that stopped early (| head)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     differs = result["differ"] or (result.get("collectives") or {}).get("differ")
     return 1 if differs else 0

@@ -89,8 +89,8 @@ def check_named(named, process_set=None, what="check_replicas"):
         others = f" ({len(differing) - 1} more tensors differ after it)" if len(differing) > 1 \
             else ""
         raise detcoll.MismatchError(
-            f"{what}: the replicas differ at {named[i][0]!r}, the first of {len(named)} tensors "
-            f"that differs{others}: {held}")
+            f"{what}: the replicas differ at {named[i][0]!r} (tensor {i + 1} of the "
+            f"{len(named)} checked, the first that differs){others}: {held}")
 
 
 def check_replicas(model, optimizer=None, process_set=None):

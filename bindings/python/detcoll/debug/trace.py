@@ -32,6 +32,7 @@ them, and the dispatch mode calls each op as it was called.
 import base64
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -58,6 +59,18 @@ def run_settings():
             if k.startswith(("DETCOLL_", "HOROVOD_")) and not k.startswith(OBSERVERS)}
 
 
+# Variables recorded in the header as the run's environment: diff reports those that differ
+# between two runs (they are often why runs part) without refusing to compare them.
+ENVIRONMENT = ("PYTHONHASHSEED", "OMP_", "MKL_", "OPENBLAS_", "CUBLAS_", "CUDA_", "NCCL_",
+               "ATEN_", "TORCH_", "OMPI_MCA_", "TF_")
+
+
+def run_environment():
+    found = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENVIRONMENT)}
+    found["torch threads"] = str(torch.get_num_threads())
+    return found
+
+
 _DTYPE_NAMES = {}
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 _quote = json.encoder.encode_basestring_ascii  # a str as a JSON string
@@ -76,7 +89,14 @@ class Recorder:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise detcoll.InvalidArgumentError(
                 f"record: every must be a positive int, got {every!r}")
+        for name, flag in (("ops", ops), ("values", values)):
+            if not isinstance(flag, bool):
+                raise detcoll.InvalidArgumentError(
+                    f"record: {name} must be True or False, got {flag!r}")
         directory = os.fspath(directory)
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise detcoll.InvalidArgumentError(
+                f"record: the trace directory {directory!r} exists and is not a directory")
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
@@ -96,6 +116,8 @@ class Recorder:
         except OSError as e:
             raise detcoll.InvalidArgumentError(
                 f"record: cannot write the trace in {directory!r}: {e.strerror}") from None
+        if self.rank == 0:
+            _remove_stale(directory, self.size)
         self.lock = threading.RLock()
         self.count = 0
         self.flushed = time.monotonic()
@@ -116,6 +138,7 @@ class Recorder:
                   "script_fingerprint": _file_fingerprint(script), "argv": sys.argv[1:],
                   "settings": run_settings(), "ops": self.ops, "every": every,
                   "values": self.keep_values, "torch": torch.__version__,
+                  "environment": run_environment(),
                   "mode": detcoll.get_mode()}
         self._write(header)
 
@@ -136,16 +159,19 @@ class Recorder:
     def recording(self):
         return self.step % self.every == 0
 
-    def tensor(self, t):
+    def tensor(self, t, describe_only=False):
         """A tensor's description as JSON text: dtype, shape, fingerprint ("fp") and where its
-        values are in the values file ("at"); "fp" null for tensors not in host memory."""
+        values are in the values file ("at", with values kept); "fp" null for tensors not in host
+        memory and, with describe_only, for memory not to be read."""
         if not isinstance(t, torch.Tensor):
             return "null"
         head = f'{{"dtype":"{_dtype_name(t.dtype)}","shape":{list(t.shape)}'
+        if describe_only:
+            return f'{head},"fp":null}}'
         if t.layout != torch.strided or t.device.type != "cpu" or t.is_quantized:
             where = str(t.layout) if t.layout != torch.strided else t.device.type
             return f'{head},"fp":null,"layout":{_quote(where)}}}'
-        if t.is_contiguous() and not t.is_complex():
+        if t.is_contiguous() and not t.is_complex() and not t.is_neg():
             data, size = t, t.numel() * t.element_size()
         else:  # its bytes in row-major order (conjugate and negative views resolved)
             data = host_bytes(t)
@@ -167,19 +193,23 @@ class Recorder:
     def add(self, kind, key, scope=None, out=(), inputs=None, text="", **fields):
         """One record: `scope` and the tensor descriptions in `out` and `inputs` as JSON text
         (_scope(), tensor()), `text` more fields as JSON text (",\"name\":...") and the other
-        fields as values."""
+        fields as values. Returns its seq."""
         if fields:
             text += "," + _encode(fields)[1:-1]
         ins = ',"in":[' + ",".join(inputs) + "]" if inputs is not None else ""
         with self.lock:
-            self._line(f'{{"seq":{self.count},"step":{self.step},"kind":"{kind}",'
+            seq = self.count
+            self._line(f'{{"seq":{seq},"step":{self.step},"kind":"{kind}",'
                        f'"key":{_quote(key)},{scope if scope is not None else self._scope()}'
                        f'{text}{ins},"out":[{",".join(out)}]}}\n')
             self.count += 1
+        return seq
 
     def _named(self, kind, name, t, text=""):
         """The record of a tensor of the rank scope keyed by kind and name: gradients, reduced
-        gradients, parameters (the hot path: a few per parameter and step)."""
+        gradients, parameters (the hot path: a few per parameter and step). Names are shown as
+        str (DistributedOptimizer takes any)."""
+        name = str(name)
         self.add(kind, f"{kind}:{name}", _RANK, [self.tensor(t)], None,
                  f',"name":{_quote(name)}{text}')
 
@@ -199,15 +229,16 @@ class Recorder:
             if isinstance(value, torch.Tensor):
                 self.add("input", key, out=[self.tensor(value)])
 
-    def op(self, name, module, site, phase, inputs, args, outputs):
+    def op(self, name, module, site, phase, inputs, args, outputs, unwritten=False):
         # Keyed by phase, module and op, counted apart: an op that runs in some micro-batches
         # only (autograd's accumulation into .grad after a rank's first micro-batch) leaves the
         # keys of the others in place.
         scope = _RANK if phase == "accumulate" else self._scope()
         base = f"op:{phase}:{module}:{name}"
         key = f"{base}#{self._next(('m:' if scope is not _RANK else '') + base)}"
-        self.add("op", key, scope, op=name, module=module, site=site, phase=phase,
-                 replicated=phase == "step", args=args, inputs=inputs, out=outputs)
+        return self.add("op", key, scope, op=name, module=module, site=site, phase=phase,
+                        replicated=phase == "step", args=args, inputs=inputs, out=outputs,
+                        text=',"unwritten":true' if unwritten else "")
 
     def rng_log(self):
         """Turns the log of detcoll.rng derivations (module_debug.cc) on for a recorded step."""
@@ -224,6 +255,7 @@ class Recorder:
 
     def leaf(self, name, grad):
         if self.recording():
+            name = str(name)
             scope = self._scope()
             k = self._next(f"m:leaf:{name}")
             self.add("leaf", f"leaf:{name}#{k}", scope, name=name, out=[self.tensor(grad)])
@@ -261,7 +293,7 @@ class Recorder:
                             if isinstance(v, torch.Tensor):
                                 self.add("state", f"state:{name}.{k}", _RANK,
                                          [self.tensor(v)], None,
-                                         f',"name":{_quote(name)},"replicated":true')
+                                         f',"name":{_quote(str(name))},"replicated":true')
                 self.add("step", "step", _RANK, micro_batches=self.micro + 1, mode=mode,
                          replicated=True, out=[self.tensor(torch.get_rng_state())])
             self.step += 1
@@ -279,6 +311,18 @@ class Recorder:
             self._write({"end": True, "records": self.count, "steps": self.step})
             self.file.close()
             self.store.close()
+
+
+def _remove_stale(directory, size):
+    """Removes the files of ranks this run does not have, left by an earlier run of more ranks
+    in the same directory (diff would take them for this run's)."""
+    for name in os.listdir(directory):
+        m = re.fullmatch(r"(?:training|values)\.rank(\d+)\.(?:jsonl|bin)", name)
+        if m and int(m.group(1)) >= size:
+            try:
+                os.remove(os.path.join(directory, name))
+            except OSError:
+                pass
 
 
 def _file_fingerprint(path):

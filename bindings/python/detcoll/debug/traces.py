@@ -24,6 +24,9 @@ class Trace:
 
     def __init__(self, directory):
         self.directory = directory
+        if not os.path.isdir(directory):
+            raise TraceError(f"{directory}: " + ("not a directory" if os.path.exists(directory)
+                                                 else "no such directory"))
         self.training = self._load(directory, "training")
         self.collectives = self._load(directory, "collectives")
         if not self.training and not self.collectives:
@@ -61,7 +64,7 @@ class Trace:
         path = os.path.join(self.directory, f"values.rank{rank}.bin")
         if path not in self.values:
             if not os.path.exists(path):
-                return None
+                raise TraceError(f"{path} is missing: the trace records values kept there")
             self.values[path] = np.memmap(path, dtype=np.uint8, mode="r") \
                 if os.path.getsize(path) else np.zeros(0, np.uint8)
         data = self.values[path]
@@ -116,10 +119,13 @@ def _read(path, source, rank):
     return {"header": header, "records": records}
 
 
-_ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "float16": 2, "bfloat16": 2,
-             "int32": 4, "float32": 4, "int64": 8, "float64": 8, "complex64": 4,
-             "complex128": 8}
-_FLOATS = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+# Bytes of an element (of each of a complex element's two parts), by torch's dtype name.
+_ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4, "int32": 4,
+             "uint64": 8, "int64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
+             "float8_e5m2fnuz": 1, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
+             "complex32": 2, "complex64": 4, "complex128": 8}
+_FLOATS = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float16",
+           "bfloat16", "float32", "float64", "complex32", "complex64", "complex128")
 
 
 def _nbytes(info):

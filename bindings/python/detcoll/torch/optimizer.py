@@ -350,8 +350,8 @@ class _DistributedOptimizer:
                       for p in group["params"]]
             replicas.check_named(
                 replicas.named_tensors(dict(params), self, {id(p): n for n, p in params}),
-                self._process_set, f"DistributedOptimizer (check_replicas_every, step "
-                f"{self._steps})")
+                self._process_set, f"DistributedOptimizer (check_replicas_every, after step "
+                f"{self._steps - 1}, counted from 0 as detcoll.debug diff counts)")
         return result
 
     def load_state_dict(self, *args, **kwargs):
