@@ -24,7 +24,11 @@ namespace {
 __attribute__((target("avx"))) void clearUpperVectorState() {
   _mm256_zeroupper();
 }
-const bool g_hasAvx = __builtin_cpu_supports("avx");
+// Read once, at load; __builtin_cpu_init first, since this may run before libgcc's own.
+const bool g_hasAvx = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") != 0;
+}();
 }  // namespace
 #endif
 
