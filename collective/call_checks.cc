@@ -59,6 +59,39 @@ bool sumCounts(Checks& checks, const char* what, const uint64_t* counts, size_t 
 
 }  // namespace
 
+CallArguments reductionCall(const void* const* leaves, int nleaves, bool single, void* recv,
+                            size_t count, int dtype, int op) {
+  CallArguments args;
+  args.leaves = leaves;
+  args.nleaves = nleaves;
+  args.namedLeaves = !single;
+  args.recv = recv;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  return args;
+}
+
+CallArguments broadcastCall(void* buf, size_t count, int dtype, int root) {
+  CallArguments args;
+  args.kind = CallKind::kBroadcast;
+  args.recv = buf;
+  args.count = count;
+  args.dtype = dtype;
+  args.root = root;
+  return args;
+}
+
+CallArguments allgatherCall(const void* send, void* recv, size_t count, int dtype) {
+  CallArguments args;
+  args.kind = CallKind::kAllgather;
+  args.send = send;
+  args.recv = recv;
+  args.count = count;
+  args.dtype = dtype;
+  return args;
+}
+
 Status checkCall(const CallArguments& c, int rank, int size) {
   Checks checks;
   checks.require(isValidDataType(c.dtype),

@@ -35,6 +35,14 @@ struct CallArguments {
   size_t ncounts = 0;
 };
 
+// The arguments of the blocking calls, as the C API passes them (collectives.cc runs them, the
+// collective trace records them: bindings/c/detcoll_trace.cc). `single`: one buffer ("sendbuf"),
+// not leaves.
+CallArguments reductionCall(const void* const* leaves, int nleaves, bool single, void* recv,
+                            size_t count, int dtype, int op);
+CallArguments broadcastCall(void* buf, size_t count, int dtype, int root);
+CallArguments allgatherCall(const void* send, void* recv, size_t count, int dtype);
+
 // The first thing wrong with `call` on rank `rank` of a world of `size`, or ok: an unknown dtype
 // or op, a count whose bytes overflow, null buffers where count > 0, a leaf count outside 1 ..
 // kMaxLeavesPerRank, a root that is not a rank, buffers that overlap without being the same

@@ -47,14 +47,7 @@ Status Collectives::allreduceLeaves(Mode mode, const void* const* leaves, int nl
 Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, void* recv,
                            size_t count, int dtype, int op, const char* name,
                            const Status& precheck, bool single, int device) {
-  CallArguments args;
-  args.leaves = leaves;
-  args.nleaves = nleaves;
-  args.namedLeaves = !single;
-  args.recv = recv;
-  args.count = count;
-  args.dtype = dtype;
-  args.op = op;
+  const CallArguments args = reductionCall(leaves, nleaves, single, recv, count, dtype, op);
   const Status local = localChecks(precheck, args, device, *this);
   const int n = local.isOk() ? nleaves : 0;
   const size_t bytes = local.isOk() ? count * dataTypeSize(static_cast<DataType>(dtype)) : 0;
@@ -117,12 +110,7 @@ Status Collectives::broadcast(void* data, size_t count, int dtype, int root, con
 
 Status Collectives::runBroadcast(void* data, size_t count, int dtype, int root, const char* name,
                                  const Status& precheck, int device) {
-  CallArguments args;
-  args.kind = CallKind::kBroadcast;
-  args.recv = data;
-  args.count = count;
-  args.dtype = dtype;
-  args.root = root;
+  const CallArguments args = broadcastCall(data, count, dtype, root);
   DETCOLL_RETURN_IF_ERROR(
       agree(args, name, 0, 1, localChecks(precheck, args, device, *this), device));
   if (count == 0) return Status::ok();
@@ -142,12 +130,7 @@ Status Collectives::allgather(const void* send, void* recv, size_t count, int dt
 
 Status Collectives::runAllgather(const void* send, void* recv, size_t count, int dtype,
                                  const char* name, const Status& precheck, int device) {
-  CallArguments args;
-  args.kind = CallKind::kAllgather;
-  args.send = send;
-  args.recv = recv;
-  args.count = count;
-  args.dtype = dtype;
+  const CallArguments args = allgatherCall(send, recv, count, dtype);
   DETCOLL_RETURN_IF_ERROR(
       agree(args, name, 0, 1, localChecks(precheck, args, device, *this), device));
   if (count == 0) return Status::ok();

@@ -94,14 +94,8 @@ void startTrace(Runtime& runtime, Mode mode) {
 
 TracedCall traceReduction(const void* const* leaves, int nleaves, bool single, void* recv,
                           size_t count, int dtype, int op, const char* name, int device) {
-  collective::CallArguments args;
-  args.leaves = leaves;
-  args.nleaves = nleaves;
-  args.namedLeaves = !single;
-  args.recv = recv;
-  args.count = count;
-  args.dtype = dtype;
-  args.op = op;
+  const collective::CallArguments args =
+      collective::reductionCall(leaves, nleaves, single, recv, count, dtype, op);
   TracedCall call = begin(single ? "allreduce" : "allreduce_leaves", args, name, device);
   if (!call.record) return call;
   fusion::TraceRecord& r = *call.record;
@@ -116,13 +110,8 @@ TracedCall traceReduction(const void* const* leaves, int nleaves, bool single, v
 
 TracedCall traceBroadcast(void* buf, size_t count, int dtype, int root, const char* name,
                           int device) {
-  collective::CallArguments args;
-  args.kind = collective::CallKind::kBroadcast;
-  args.recv = buf;
-  args.count = count;
-  args.dtype = dtype;
-  args.root = root;
-  TracedCall call = begin("broadcast", args, name, device);
+  TracedCall call =
+      begin("broadcast", collective::broadcastCall(buf, count, dtype, root), name, device);
   if (!call.record) return call;
   call.outputBytes = bytesOf(*call.record, count);
   // Off the root, buf is only written: it has no input.
@@ -134,13 +123,8 @@ TracedCall traceBroadcast(void* buf, size_t count, int dtype, int root, const ch
 
 TracedCall traceAllgather(const void* send, void* recv, size_t count, int dtype, const char* name,
                           int device) {
-  collective::CallArguments args;
-  args.kind = collective::CallKind::kAllgather;
-  args.send = send;
-  args.recv = recv;
-  args.count = count;
-  args.dtype = dtype;
-  TracedCall call = begin("allgather", args, name, device);
+  TracedCall call =
+      begin("allgather", collective::allgatherCall(send, recv, count, dtype), name, device);
   if (!call.record) return call;
   const size_t bytes = bytesOf(*call.record, count);
   call.outputBytes = bytes * static_cast<size_t>(g_runtime->comm->size());
