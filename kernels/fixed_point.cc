@@ -6,19 +6,16 @@
 #include <vector>
 
 #include "kernels/codec.h"
+#include "kernels/fixed_point_formats.h"
 #include "kernels/fold.h"
+#include "kernels/simd.h"
 #include "kernels/unaligned.h"
 
 namespace detcoll::kernels {
 namespace {
 
-using codec::canonicalNaN;
-using codec::encodeValue;
-using codec::Fields;
 using codec::Format;
 using codec::formatOf;
-using codec::keyOf;
-using codec::split;
 using codec::u128;
 
 uint64_t loadBits(const void* data, size_t i, int bytes) {
@@ -67,15 +64,6 @@ uint32_t loadKey(const void* keys, size_t i, size_t keyBytes) {
   return k;
 }
 
-void storeKey(void* keys, size_t i, size_t keyBytes, uint32_t key) {
-  if (keyBytes == 1) {
-    static_cast<uint8_t*>(keys)[i] = static_cast<uint8_t>(key);
-  } else {
-    const uint16_t k = static_cast<uint16_t>(key);
-    std::memcpy(static_cast<char*>(keys) + 2 * i, &k, 2);
-  }
-}
-
 bool isIntegerType(DataType type) {
   return type == DataType::kInt32 || type == DataType::kInt64;
 }
@@ -106,13 +94,7 @@ using codec::bitsFromDouble;
 using codec::doubleFromBits;
 using codec::quotientNeedsExact;
 
-// The hot loops are compiled for AVX2 too and picked at run time; the operations, hence the
-// bits, are the same on every path (contraction stays off, so no FMA).
-#if defined(__x86_64__) && defined(__GNUC__)
-#define DETCOLL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DETCOLL_VECTOR_CLONES
-#endif
+// The hot loops are compiled for AVX2 and AVX-512 too and picked at run time (kernels/simd.h).
 
 inline uint32_t float32Key(uint32_t bits) {
   const uint32_t exponent = (bits >> 23) & 0xffu;
@@ -289,23 +271,12 @@ void localMaxKeys(void* keys, const void* const* leaves, int nleaves, size_t beg
   if (type == DataType::kFloat32) {
     return localMaxKeysFloat32(static_cast<uint8_t*>(keys), leaves, nleaves, begin, n);
   }
-  const Format f = formatOf(type);
-  const size_t kb = exponentKeyBytes(type);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t key = 0;
-    for (int l = 0; l < nleaves; ++l)
-      key = std::max(key, keyOf(loadBits(leaves[l], begin + i, f.bytes), f));
-    storeKey(keys, i, kb, key);
-  }
+  if (formats::handles(type)) formats::localMaxKeys(keys, leaves, nleaves, begin, n, type);
+  // Integer dtypes have no keys.
 }
 
 void foldMaxKeys(void* out, const void* const* pieces, int p, size_t n, DataType type) {
-  const size_t kb = exponentKeyBytes(type);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t key = 0;
-    for (int j = 0; j < p; ++j) key = std::max(key, loadKey(pieces[j], i, kb));
-    storeKey(out, i, kb, key);
-  }
+  formats::foldMaxKeys(out, pieces, p, n, exponentKeyBytes(type));
 }
 
 void encodeLeaves(int64_t* out, const void* const* leaves, int nleaves, const void* keys,
@@ -320,29 +291,33 @@ void encodeLeaves(int64_t* out, const void* const* leaves, int nleaves, const vo
     return;
   }
   const Format f = formatOf(type);
-  if (type == DataType::kFloat32) {
-    const auto* k = static_cast<const uint8_t*>(keys);
-    for (int l = 0; l < nleaves; ++l) encodeFloat32(out, leaves[l], k, begin, n, l > 0);
-    // The fast loop writes 0 under the special key; the counts of the (rare) non-finite leaves go
-    // there.
-    size_t i = 0;
-    while (const void* hit = std::memchr(k + i, 255, n - i)) {
-      i = static_cast<const uint8_t*>(hit) - k;
-      for (int l = 0; l < nleaves; ++l) {
-        out[i] += codec::nonFiniteCount(loadBits(leaves[l], begin + i, 4), f);
-      }
-      ++i;
-    }
-    return;
-  }
   const size_t kb = exponentKeyBytes(type);
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t key = loadKey(keys, i, kb);
-    int64_t sum = 0;
-    for (int l = 0; l < nleaves; ++l) {
-      sum += codec::leafContribution(loadBits(leaves[l], begin + i, f.bytes), key, f);
+  for (int l = 0; l < nleaves; ++l) {
+    if (type == DataType::kFloat32) {
+      encodeFloat32(out, leaves[l], static_cast<const uint8_t*>(keys), begin, n, l > 0);
+    } else {
+      formats::encode(out, leaves[l], keys, begin, n, type, l > 0);
     }
-    out[i] = sum;
+  }
+  // The vector loops write 0 under the special key; the counts of the (rare) non-finite leaves go
+  // there.
+  const uint32_t special = codec::specialKey(f);
+  auto addCounts = [&](size_t i) {
+    for (int l = 0; l < nleaves; ++l) {
+      out[i] += codec::nonFiniteCount(loadBits(leaves[l], begin + i, f.bytes), f);
+    }
+  };
+  if (kb == 1) {
+    const auto* k = static_cast<const uint8_t*>(keys);
+    for (size_t i = 0; const void* hit = std::memchr(k + i, static_cast<int>(special), n - i);
+         ++i) {
+      i = static_cast<const uint8_t*>(hit) - k;
+      addCounts(i);
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      if (loadKey(keys, i, kb) == special) addCounts(i);
+    }
   }
 }
 
@@ -370,14 +345,14 @@ void decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys
     for (int j = 0; j < p; ++j) sum += pieces[j][i];
     storeBits(out, i, f.bytes, codec::decodeElement(sum, loadKey(keys, i, kb), f, average, leaves));
   };
+  std::vector<uint32_t> slow;
   if (type == DataType::kFloat32) {
-    std::vector<uint32_t> slow;
     decodeFloat32(static_cast<float*>(out), pieces, p, static_cast<const uint8_t*>(keys), n,
                   average, leaves, slow);
-    for (uint32_t i : slow) exact(i);
-    return;
+  } else {
+    formats::decode(out, pieces, p, keys, n, type, average, leaves, slow);
   }
-  for (size_t i = 0; i < n; ++i) exact(i);
+  for (uint32_t i : slow) exact(i);
 }
 
 void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, size_t count,
