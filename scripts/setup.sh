@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# clang and libclang-rt-dev (libFuzzer's runtime): the fuzz targets of scripts/fuzz.sh.
+# clang and libclang-rt-dev (libFuzzer's runtime): the fuzz targets of scripts/fuzz.sh;
+# python3-matplotlib: the benchmark plots of scripts/plot_bench.py.
 packages=(cmake make g++ openmpi-bin libopenmpi-dev libgtest-dev libmpfr-dev nlohmann-json3-dev
-  libxxhash-dev xxhash python3-dev pybind11-dev python3-torch python3-numpy python3-pytest clang
-  libclang-rt-dev)
+  libxxhash-dev xxhash python3-dev pybind11-dev python3-torch python3-numpy python3-pytest
+  python3-matplotlib clang libclang-rt-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -8,7 +8,8 @@
 // whose bits differ from the independent reference (the rank-order fold of the gathered inputs,
 // computed on rank 0) in ordered mode, from the gathered inputs reduced by one process in
 // invariant mode (the np = 1 result), or from rank 0's result (every rank must agree) in native
-// mode. ratio = detcoll busbw / MPI_Allreduce busbw.
+// mode. ratio = detcoll busbw / MPI_Allreduce busbw. -C FILE appends the table's rows to a CSV
+// file as well (rank 0; tests/bench/bench_csv.h), for scripts/plot_bench.py.
 
 #include <mpi.h>
 
@@ -22,6 +23,7 @@
 #include "collective/transport/mpi_communicator.h"
 #include "detcoll.h"
 #include "kernels/fixed_point.h"
+#include "tests/bench/bench_csv.h"
 #include "tests/support/reference.h"
 
 namespace {
@@ -39,6 +41,7 @@ struct Options {
   ReduceOp op = ReduceOp::kSum;
   detcoll_mode_t mode = DETCOLL_MODE_ORDERED;
   bool check = true;
+  std::string csv;  // -C: the CSV file the rows are appended to
 };
 
 size_t parseSize(const char* text) {
@@ -67,7 +70,7 @@ size_t parseSize(const char* text) {
   std::fprintf(stderr,
                "%s\nusage: detcoll_allreduce_perf [-b minbytes] [-e maxbytes] [-f factor] "
                "[-n iters] [-w warmup] [-d float|double|half|bfloat16|int32|int64] "
-               "[-o sum|avg|min|max] [-m ordered|native|invariant] [-c 0|1]\n",
+               "[-o sum|avg|min|max] [-m ordered|native|invariant] [-c 0|1] [-C csv_file]\n",
                message);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -91,6 +94,8 @@ Options parse(int argc, char** argv) {
       o.warmup = std::atoi(v);
     else if (flag == "-c")
       o.check = std::atoi(v) != 0;
+    else if (flag == "-C")
+      o.csv = v;
     else if (flag == "-d") {
       const std::string d = v;
       if (d == "float")
@@ -184,15 +189,26 @@ int main(int argc, char** argv) {
   const MPI_Datatype peerType =
       mpiKnowsType ? detcoll::collective::transport::mpiDataType(o.type) : MPI_DATATYPE_NULL;
   const char* peerName = peerType == MPI_DATATYPE_NULL ? "detcoll-native" : "MPI_Allreduce";
+  const char* modeName = o.mode == DETCOLL_MODE_ORDERED  ? "ordered"
+                         : o.mode == DETCOLL_MODE_NATIVE ? "native"
+                                                         : "invariant";
+  const std::string typeName = detcoll::dataTypeName(o.type);
+  const std::string opName = detcoll::reduceOpName(o.op);
+  detcoll::bench::CsvFile csv;
+  if (rank == 0 && !o.csv.empty()) {
+    std::string error;
+    if (!csv.open(o.csv,
+                  "dtype,op,mode,ranks,bytes,count,ours_us,ours_algbw,ours_busbw,wrong,peer_name,"
+                  "peer_us,peer_algbw,peer_busbw,ratio",
+                  &error)) {
+      usage(error.c_str());
+    }
+  }
   if (rank == 0) {
     std::printf(
         "# detcoll_allreduce_perf: %d ranks, dtype %s, op %s, mode %s, %d iterations, "
         "%d warmup, out of place\n",
-        p, detcoll::dataTypeName(o.type).c_str(), detcoll::reduceOpName(o.op).c_str(),
-        o.mode == DETCOLL_MODE_ORDERED  ? "ordered"
-        : o.mode == DETCOLL_MODE_NATIVE ? "native"
-                                        : "invariant",
-        o.iterations, o.warmup);
+        p, typeName.c_str(), opName.c_str(), modeName, o.iterations, o.warmup);
     std::printf("# peer: %s on the same buffers, timed alternately in the same run\n", peerName);
     std::printf("#%11s %12s %8s %7s | %10s %8s %8s %7s | %10s %8s %8s | %6s\n", "size", "count",
                 "type", "redop", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
@@ -278,10 +294,13 @@ int main(int argc, char** argv) {
     ++sizes;
     if (rank == 0) {
       std::printf("%12s %12zu %8s %7s | %10.2f %8.3f %8.3f %7ld | %10.2f %8.3f %8.3f | %6.2f\n",
-                  formatSize(bytes).c_str(), count, detcoll::dataTypeName(o.type).c_str(),
-                  detcoll::reduceOpName(o.op).c_str(), tOurs * 1e6, algOurs, busOurs,
-                  o.check ? wrong : -1L, tPeer * 1e6, algPeer, busPeer, busOurs / busPeer);
+                  formatSize(bytes).c_str(), count, typeName.c_str(), opName.c_str(), tOurs * 1e6,
+                  algOurs, busOurs, o.check ? wrong : -1L, tPeer * 1e6, algPeer, busPeer,
+                  busOurs / busPeer);
       std::fflush(stdout);
+      csv.row("%s,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%ld,%s,%.6g,%.6g,%.6g,%.6g", typeName.c_str(),
+              opName.c_str(), modeName, p, bytes, count, tOurs * 1e6, algOurs, busOurs,
+              o.check ? wrong : -1L, peerName, tPeer * 1e6, algPeer, busPeer, busOurs / busPeer);
     }
   }
   if (rank == 0) {

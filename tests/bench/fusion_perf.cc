@@ -13,7 +13,8 @@
 // with threshold 0 (HOROVOD_FUSION_THRESHOLD=0); the three run alternately, step by step, on the
 // same buffers, each step starting at a random point of the engine's cycle. #wrong counts
 // elements where the fused result's bits differ from the unfused one's (in ordered and invariant
-// mode there must be none). The timeline (-T) records both engines' steps.
+// mode there must be none). The timeline (-T) records both engines' steps. -C FILE appends the
+// table's rows to a CSV file as well (rank 0; tests/bench/bench_csv.h).
 
 #include <mpi.h>
 
@@ -30,6 +31,7 @@
 
 #include "collective/transport/mpi_communicator.h"
 #include "fusion/engine.h"
+#include "tests/bench/bench_csv.h"
 #include "tests/support/reference.h"
 #include "tests/support/workload.h"
 
@@ -48,6 +50,7 @@ struct Options {
   size_t threshold = 64 << 20;
   double cycleMs = 1.0;
   std::string timeline;  // of the fused engine
+  std::string csv;       // -C: the CSV file the rows are appended to
   std::vector<std::string> models;
 };
 
@@ -55,7 +58,7 @@ struct Options {
   std::fprintf(stderr,
                "%s\nusage: detcoll_fusion_perf [-n iterations] [-w warmup] "
                "[-m ordered|invariant|native] [-t threshold_bytes] [-c cycle_ms] [-T timeline] "
-               "[model ...]\n",
+               "[-C csv_file] [model ...]\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -79,6 +82,8 @@ Options parse(int argc, char** argv) {
       o.threshold = std::strtoull(value.c_str(), nullptr, 10);
     } else if (flag == "-T") {
       o.timeline = value;
+    } else if (flag == "-C") {
+      o.csv = value;
     } else if (flag == "-c") {
       o.cycleMs = std::atof(value.c_str());
     } else if (flag == "-m") {
@@ -100,6 +105,7 @@ void require(const Status& s, const char* what) {
 
 struct TensorSet {
   std::string label;
+  std::string kind;  // "<64KiB" or "step"
   std::vector<std::string> names;
   std::vector<size_t> counts;
   size_t total = 0;
@@ -174,6 +180,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<detcoll::collective::transport::MpiCommunicator> comm;
   auto engine = makeEngine(comm, o.threshold, o.cycleMs, o.timeline);
 
+  detcoll::bench::CsvFile csv;
+  if (rank == 0 && !o.csv.empty()) {
+    std::string error;
+    if (!csv.open(o.csv,
+                  "mode,ranks,threshold,cycle_ms,model,set,tensors,bytes,fused_ms,unfused_ms,"
+                  "flat_ms,wrong,unfused_over_fused,fused_over_flat",
+                  &error)) {
+      usage(error.c_str());
+    }
+  }
   if (rank == 0) {
     std::printf(
         "# detcoll_fusion_perf: %d ranks, float32 average, mode %s, %d iterations, %d warmup, "
@@ -191,8 +207,8 @@ int main(int argc, char** argv) {
     std::string error;
     const std::string path = detcoll::testing::workloadDirectory() + "/" + model + ".txt";
     if (!detcoll::testing::loadWorkload(path, &shapes, &error)) usage(error.c_str());
-    TensorSet small{model + " <64KiB", {}, {}, 0};
-    TensorSet all{model + " step", {}, {}, 0};
+    TensorSet small{model + " <64KiB", "<64KiB", {}, {}, 0};
+    TensorSet all{model + " step", "step", {}, {}, 0};
     for (const auto& shape : shapes) {
       for (TensorSet* set : {&small, &all}) {
         if (set == &small && shape.elements * 4 >= (64 << 10)) continue;
@@ -242,6 +258,10 @@ int main(int argc, char** argv) {
                     1e3 * tUnfused / n, 1e3 * tFlat / n, totalWrong, tUnfused / tFused,
                     tFused / tFlat);
         std::fflush(stdout);
+        csv.row("%s,%d,%zu,%.6g,%s,%s,%zu,%zu,%.6g,%.6g,%.6g,%ld,%.6g,%.6g",
+                detcoll::modeName(o.mode).c_str(), p, o.threshold, o.cycleMs, model.c_str(),
+                set->kind.c_str(), set->names.size(), set->total * 4, 1e3 * tFused / n,
+                1e3 * tUnfused / n, 1e3 * tFlat / n, totalWrong, tUnfused / tFused, tFused / tFlat);
       }
     }
   }

@@ -12,7 +12,8 @@
 // ratio = detcoll busbw / MPI busbw. #wrong (-c 1, the default) counts elements of detcoll's
 // result whose bits differ, on any rank, from the reference: the rank-order fold of every rank's
 // input (ordered), the inputs reduced by one process (invariant), the blocks each rank sent
-// (alltoall); each rank regenerates every rank's input from its seed.
+// (alltoall); each rank regenerates every rank's input from its seed. -C FILE appends the
+// table's rows to a CSV file as well (rank 0; tests/bench/bench_csv.h).
 
 #include <mpi.h>
 
@@ -25,6 +26,7 @@
 
 #include "detcoll.h"
 #include "kernels/fixed_point.h"
+#include "tests/bench/bench_csv.h"
 #include "tests/support/reference.h"
 
 namespace {
@@ -41,6 +43,7 @@ struct Options {
   int repetitions = 5;
   std::vector<std::string> collectives = {"ordered", "invariant", "alltoall"};
   bool check = true;
+  std::string csv;  // -C: the CSV file the rows are appended to
 };
 
 size_t parseSize(const char* text) {
@@ -56,7 +59,7 @@ size_t parseSize(const char* text) {
   std::fprintf(stderr,
                "%s\nusage: detcoll_rs_alltoall_perf [-b minbytes] [-e maxbytes] [-f factor] "
                "[-n iters] [-w warmup] [-r repetitions] [-m ordered,invariant,alltoall] "
-               "[-c 0|1]\n",
+               "[-c 0|1] [-C csv_file]\n",
                message);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -93,6 +96,8 @@ Options parse(int argc, char** argv) {
       o.repetitions = std::atoi(v);
     } else if (flag == "-c") {
       o.check = std::atoi(v) != 0;
+    } else if (flag == "-C") {
+      o.csv = v;
     } else if (flag == "-m") {
       o.collectives = split(v);
       for (const std::string& c : o.collectives) {
@@ -163,6 +168,16 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> input = inputOf(rank, maxCount);
   std::vector<uint8_t> ours(maxCount * es), peer(maxCount * es), expected(maxCount * es);
 
+  detcoll::bench::CsvFile csv;
+  if (rank == 0 && !o.csv.empty()) {
+    std::string error;
+    if (!csv.open(o.csv,
+                  "collective,dtype,op,mode,ranks,bytes,count,ours_us,ours_algbw,ours_busbw,wrong,"
+                  "peer_name,peer_us,peer_algbw,peer_busbw,ratio",
+                  &error)) {
+      usage(error.c_str());
+    }
+  }
   if (rank == 0) {
     std::printf(
         "# detcoll_rs_alltoall_perf: %d ranks, float32, sum, %d calls x %d repetitions (median), "
@@ -264,6 +279,13 @@ int main(int argc, char** argv) {
                     label.c_str(), bytes, count, timeOurs * 1e6, algOurs, busOurs,
                     o.check ? wrong : -1L, timePeer * 1e6, algPeer, busPeer, busOurs / busPeer);
         std::fflush(stdout);
+        // The alltoall reduces nothing: no op, and no mode.
+        csv.row("%s,float32,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%ld,%s,%.6g,%.6g,%.6g,%.6g",
+                alltoall ? "alltoall" : "reduce_scatter", alltoall ? "" : "sum",
+                alltoall ? "" : collective.c_str(), p, bytes, count, timeOurs * 1e6, algOurs,
+                busOurs, o.check ? wrong : -1L,
+                alltoall ? "MPI_Alltoall" : "MPI_Reduce_scatter_block", timePeer * 1e6, algPeer,
+                busPeer, busOurs / busPeer);
       }
     }
     if (rank == 0) {
