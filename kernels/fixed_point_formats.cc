@@ -1,8 +1,11 @@
 #include "kernels/fixed_point_formats.h"
 
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "kernels/codec.h"
+#include "kernels/convert16.h"
 #include "kernels/simd.h"
 #include "kernels/unaligned.h"
 
@@ -92,15 +95,14 @@ DETCOLL_FORCE_INLINE void encodeBody(int64_t* __restrict out, const void* __rest
   }
 }
 
-// A double rounded once, to nearest even, to a 16-bit format's bits (overflow to inf); *tie: the
-// double sat exactly halfway between two neighbours of the format. The rounding is done in
-// double: u is the format's last mantissa bit at v's exponent (fixed at the smallest subnormal's
-// below the normal range), the round magic scaled by u rounds v to a multiple of u, and v - r is
-// exact (Sterbenz). r then converts to the format without rounding: its fields shift into place,
+// A double rounded once, to nearest even, to a 16-bit format's bits (overflow to inf). The
+// rounding is done in double: u is the format's last mantissa bit at v's exponent (fixed at the
+// smallest subnormal's below the normal range), and the round magic scaled by u rounds v to a
+// multiple of u. r then converts to the format without rounding: its fields shift into place,
 // or, in the subnormal range, it is an integer number of smallest subnormals. Only constant
 // shifts: the loop vectorizes.
 template <typename F>
-DETCOLL_FORCE_INLINE uint64_t roundDouble(double v, uint64_t* tie) {
+DETCOLL_FORCE_INLINE uint64_t roundDouble(double v) {
   constexpr int64_t kMinLsb = 1 - F::kBias - F::kM;  // exponent of the smallest subnormal
   const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
   const int64_t ev = static_cast<int64_t>((vb >> 52) & 0x7ff);
@@ -108,8 +110,6 @@ DETCOLL_FORCE_INLINE uint64_t roundDouble(double v, uint64_t* tie) {
   const double u = doubleFromBits(static_cast<uint64_t>(lsb + 1023) << 52);
   const double magic = u * kRoundMagic;  // exact: |v| < 2^(kM + 2) u, far below 2^51 u
   const double r = (v + magic) - magic;
-  const double gap = v - r;
-  *tie = static_cast<uint64_t>((gap == 0.5 * u) | (gap == -0.5 * u));
   const uint64_t rb = static_cast<uint64_t>(bitsFromDouble(r)) & 0x7fffffffffffffffu;
   const int64_t te = static_cast<int64_t>(rb >> 52) - 1023 + F::kBias;
   const uint64_t normal =
@@ -127,9 +127,19 @@ DETCOLL_FORCE_INLINE uint64_t roundDouble(double v, uint64_t* tie) {
 }
 
 // out = the exact sums decoded: |t| < 2^51 converts exactly; the scaling by the grid's power of
-// two is exact; one rounding to the format gives decodeSum's bits. Average rounds the quotient to
-// double first, which can only matter where it then sits on a tie (16-bit) or in float64's
-// subnormal range: those are left to the exact path, as are sums of 2^51 or more.
+// two is exact; one rounding to the format gives decodeSum's bits. Sums of 2^51 or more are left
+// to the exact path.
+//
+// Average rounds the quotient t / L to double first, and the second rounding, to the format, is
+// still the exact quotient's (docs/design.md, "The invariant mode"): a second rounding can only
+// differ where the double lands exactly on a tie of the format while the quotient does not, and
+// that cannot happen here. A tie d = D * 2^j has D < 2^(p+1) (p = 24, 11 or 8 significant bits,
+// fewer below the normal range). If t / L != d, then |t / L - d| >= 2^j / L (j <= 0: L * 2^-j *
+// (t / L - d) is a nonzero integer) or >= 1 / L (j > 0), while the double's error is at most
+// 2^-53 |d|, below 2^(p + 1 + j - 53) and below 2^-1 / L (|d| < 2^52 / L): with L <= 2^16 the
+// first bound exceeds it in both cases. float64's quotient keeps p = 53 bits, so for float64
+// only a result in the subnormal range, where the scaling rounds a second time, is left to the
+// exact path.
 template <typename F, bool average>
 DETCOLL_FORCE_INLINE void decodeBody(void* __restrict out, const int64_t* const* pieces, int p,
                                      const typename F::Key* __restrict keys, size_t n,
@@ -151,7 +161,7 @@ DETCOLL_FORCE_INLINE void decodeBody(void* __restrict out, const int64_t* const*
       const bool small = static_cast<uint64_t>(t + (int64_t{1} << 51)) < (uint64_t{1} << 52);
       double d = doubleFromBits(static_cast<uint64_t>(t + kRoundMagicBits)) - kRoundMagic;
       if constexpr (average) d = d / divisor;  // one rounding to double
-      uint64_t unsettled;
+      uint64_t unsettled = 0;
       Bits result;
       if constexpr (sizeof(Bits) == 8) {
         // 2^(key - 1068) in two exact steps where it is below double's normal range.
@@ -164,7 +174,7 @@ DETCOLL_FORCE_INLINE void decodeBody(void* __restrict out, const int64_t* const*
       } else {
         const double v =
             d * doubleFromBits(static_cast<uint64_t>(key + 1023 - F::kBias - 45) << 52);
-        result = static_cast<Bits>(roundDouble<F>(v, &unsettled));
+        result = static_cast<Bits>(roundDouble<F>(v));
       }
       needsExact[i] = static_cast<uint8_t>((!small) | (average & (unsettled != 0)) |
                                            (key == static_cast<int64_t>(F::kSpecial)));
@@ -211,6 +221,88 @@ DETCOLL_FORMAT_LOOPS(Float16)
 DETCOLL_FORMAT_LOOPS(BFloat16)
 DETCOLL_FORMAT_LOOPS(Float64)
 #undef DETCOLL_FORMAT_LOOPS
+
+// The one-process reduction of at most 64 float16 or bfloat16 leaves in double arithmetic, as
+// float32's (kernels/fixed_point.cc): the leaves widen to float exactly, and on float32's grid of
+// the widened values every encoding is the codec's own (bfloat16 has float32's exponents, so its
+// keys and grid are float32's; a float16 value is exact on either grid, the format spanning 40
+// binades where the grid keeps 45 bits), below 2^46, and up to 64 of them sum exactly in a
+// double. The sum, scaled exactly, rounds once to the format; an average's quotient rounds to
+// double first, which cannot change the result (see decodeBody).
+template <bool kHalf>
+DETCOLL_FORCE_INLINE uint32_t widened(const void* leaf, size_t i) {
+  const uint32_t bits = loadAt<uint16_t>(leaf, i);
+  return kHalf ? widenHalfBits(bits) : bits << 16;
+}
+
+template <bool kHalf>
+DETCOLL_FORCE_INLINE uint32_t sum16Body(const void* const* x, int k, size_t n,
+                                        uint32_t* __restrict keys, double* __restrict sums) {
+  for (size_t i = 0; i < n; ++i) keys[i] = widened<kHalf>(x[0], i) & 0x7fffffffu;
+  for (int l = 1; l < k; ++l) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t magnitude = widened<kHalf>(x[l], i) & 0x7fffffffu;
+      keys[i] = magnitude > keys[i] ? magnitude : keys[i];
+    }
+  }
+  uint32_t largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t exponent = keys[i] >> 23;
+    const uint32_t key = exponent > 1 ? exponent : 1;
+    keys[i] = key;
+    largest = key > largest ? key : largest;
+  }
+  for (int l = 0; l < k; ++l) {
+    for (size_t i = 0; i < n; ++i) {
+      const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
+      const double value = static_cast<double>(bitsToFloat(widened<kHalf>(x[l], i)));
+      const double encoding = (value * scale + kRoundMagic) - kRoundMagic;
+      sums[i] = l == 0 ? encoding : sums[i] + encoding;
+    }
+  }
+  return largest;
+}
+
+// out's element i = sums[i] * 2^(key - 172) / divisor, rounded to the format.
+template <typename F>
+DETCOLL_FORCE_INLINE void round16Body(void* __restrict out, const uint32_t* __restrict keys,
+                                      const double* __restrict sums, size_t n, double divisor) {
+  for (size_t i = 0; i < n; ++i) {
+    const double d = sums[i] / divisor;
+    const double v = d * doubleFromBits((uint64_t{1023 - 172} + keys[i]) << 52);
+    storeAt<uint16_t>(out, i, static_cast<uint16_t>(roundDouble<F>(v)));
+  }
+}
+
+DETCOLL_VECTOR_CLONES uint32_t sumHalfBlock(const void* const* x, int k, size_t n, uint32_t* keys,
+                                            double* sums) {
+  return sum16Body<true>(x, k, n, keys, sums);
+}
+DETCOLL_VECTOR_CLONES uint32_t sumBFloat16Block(const void* const* x, int k, size_t n,
+                                                uint32_t* keys, double* sums) {
+  return sum16Body<false>(x, k, n, keys, sums);
+}
+DETCOLL_VECTOR_CLONES void roundHalfBlock(void* out, const uint32_t* keys, const double* sums,
+                                          size_t n, double divisor) {
+  round16Body<Float16>(out, keys, sums, n, divisor);
+}
+DETCOLL_VECTOR_CLONES void roundBFloat16Block(void* out, const uint32_t* keys, const double* sums,
+                                              size_t n, double divisor) {
+  round16Body<BFloat16>(out, keys, sums, n, divisor);
+}
+
+// The codec's result for one element of the leaves, element by element: the exact path.
+uint64_t exactElement(const void* const* leaves, int nleaves, size_t i, DataType type,
+                      bool average) {
+  const codec::Format f = codec::formatOf(type);
+  uint32_t key = 0;
+  for (int l = 0; l < nleaves; ++l)
+    key = std::max(key, codec::keyOf(loadAt<uint16_t>(leaves[l], i), f));
+  int64_t sum = 0;
+  for (int l = 0; l < nleaves; ++l)
+    sum += codec::leafContribution(loadAt<uint16_t>(leaves[l], i), key, f);
+  return codec::decodeElement(sum, key, f, average, nleaves);
+}
 
 DETCOLL_VECTOR_CLONES void foldMaxKeys8(void* out, const void* const* pieces, int p, size_t n) {
   foldMaxKeysBody<uint8_t>(out, pieces, p, n);
@@ -259,6 +351,43 @@ void decode(void* out, const int64_t* const* pieces, int p, const void* keys, si
     default:
       return decodeFloat64(out, pieces, p, keys, n, average, leaves, slow);
   }
+}
+
+bool reduceLocal(void* out, const void* const* leaves, int nleaves, size_t count, DataType type,
+                 ReduceOp op) {
+  constexpr int kDoubleLeaves = 64;
+  const bool half = type == DataType::kFloat16;
+  if ((!half && type != DataType::kBFloat16) || nleaves > kDoubleLeaves || op == ReduceOp::kMin ||
+      op == ReduceOp::kMax) {
+    return false;
+  }
+  constexpr size_t kBlock = 1024;
+  alignas(64) uint32_t keys[kBlock];
+  alignas(64) double sums[kBlock];
+  const bool average = op == ReduceOp::kAverage && nleaves > 1;
+  const double divisor = average ? static_cast<double>(nleaves) : 1.0;
+  std::vector<const void*> at(nleaves);
+  std::vector<std::pair<size_t, uint64_t>> settled;
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t m = std::min(kBlock, count - base);
+    for (int l = 0; l < nleaves; ++l) at[l] = static_cast<const char*>(leaves[l]) + 2 * base;
+    const uint32_t largest = half ? sumHalfBlock(at.data(), nleaves, m, keys, sums)
+                                  : sumBFloat16Block(at.data(), nleaves, m, keys, sums);
+    // Non-finite results, found before the block is written: out may alias a leaf.
+    settled.clear();
+    if (largest == 255) {
+      for (size_t i = 0; i < m; ++i) {
+        if (keys[i] == 255)
+          settled.emplace_back(i, exactElement(at.data(), nleaves, i, type, average));
+      }
+    }
+    void* result = static_cast<char*>(out) + 2 * base;
+    half ? roundHalfBlock(result, keys, sums, m, divisor)
+         : roundBFloat16Block(result, keys, sums, m, divisor);
+    for (const auto& [i, bits] : settled)
+      storeAt<uint16_t>(static_cast<char*>(out) + 2 * base, i, static_cast<uint16_t>(bits));
+  }
+  return true;
 }
 
 void foldMaxKeys(void* out, const void* const* pieces, int p, size_t n, size_t keyBytes) {

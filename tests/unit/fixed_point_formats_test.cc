@@ -197,19 +197,23 @@ TEST(FixedPointFormatsTest, DecodingOfTiesAndNearTiesMatchesTheCodec) {
 TEST(FixedPointFormatsTest, LocalReductionMatchesTheExactReference) {
   // The whole one-process reduction against MPFR, with many leaves (sums past 2^51 take the exact
   // path), values close together (ties) and far apart, inf and NaN.
+  // float16 and bfloat16 up to 64 leaves take the double path of formats::reduceLocal.
   for (DataType type : kTypes) {
-    for (int nleaves : {2, 3, 70}) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-        const size_t n = 2500;
-        const auto leaves = randomLeaves(type, nleaves, n, nleaves == 70 ? 0 : 3, true, nleaves);
-        std::vector<const void*> in;
-        for (const auto& l : leaves) in.push_back(l.data());
-        const size_t bytes = n * dataTypeSize(type);
-        std::vector<uint8_t> got(bytes), want(bytes);
-        kernels::invariantReduceLocal(got.data(), in.data(), nleaves, n, type, op);
-        testing::exactInvariantReference(want.data(), in, n, type, op);
-        EXPECT_TRUE(testing::sameBits(got.data(), want.data(), n, type))
-            << dataTypeName(type) << " leaves " << nleaves << " op " << reduceOpName(op);
+    for (int nleaves : {1, 2, 3, 4, 7, 64, 70}) {
+      for (int spread : {0, 3, -1}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+          const size_t n = 2500;
+          const auto leaves = randomLeaves(type, nleaves, n, spread, true, nleaves * 10 + spread);
+          std::vector<const void*> in;
+          for (const auto& l : leaves) in.push_back(l.data());
+          const size_t bytes = n * dataTypeSize(type);
+          std::vector<uint8_t> got(bytes), want(bytes);
+          kernels::invariantReduceLocal(got.data(), in.data(), nleaves, n, type, op);
+          testing::exactInvariantReference(want.data(), in, n, type, op);
+          EXPECT_TRUE(testing::sameBits(got.data(), want.data(), n, type))
+              << dataTypeName(type) << " leaves " << nleaves << " spread " << spread << " op "
+              << reduceOpName(op);
+        }
       }
     }
   }
