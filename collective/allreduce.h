@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "collective/pipeline.h"
+#include "collective/settings.h"
 #include "collective/transport/communicator.h"
 #include "collective/transport/exchange.h"
 #include "common/dtype.h"
@@ -35,12 +36,6 @@
 #include "kernels/fixed_point.h"
 
 namespace detcoll::collective {
-
-enum class InvariantTransport {
-  kAuto,       // leaves when every rank holds one leaf, else encodings
-  kLeaves,     // requires one leaf on every rank (totalLeaves == world size)
-  kEncodings,  // any spread
-};
 
 // Every rank's leaves, in rank order, held by this rank.
 struct Gathered {
@@ -225,6 +220,39 @@ Status invariantEncodings(Kernels& k, transport::Exchange& x, const AllreduceOpt
   return Status::ok();
 }
 
+// Keys, then int64 sums, each through the backend's own allreduce (DETCOLL_INVARIANT_TRANSPORT=mpi:
+// its tuned, topology-aware algorithms): the max of the keys and the sum of the encodings are
+// exact in any order, so the bits are the other transports'. Every rank decodes every element.
+template <typename Kernels>
+Status invariantNative(Kernels& k, transport::Exchange& x, const AllreduceOptions& o,
+                       int64_t total) {
+  const size_t es = dataTypeSize(o.type);
+  const size_t kb = kernels::exponentKeyBytes(o.type);
+  const Pieces leaves = k.table(o.leaves, o.nleaves);
+  const size_t chunk = std::max<size_t>(1, o.segmentBytes / sizeof(int64_t)) * x.size();
+  const size_t most = std::min(chunk, o.count);
+  char* keys = kb > 0 ? k.template alloc<char>(static_cast<int64_t>(most * kb)) : nullptr;
+  int64_t* sums = k.template alloc<int64_t>(static_cast<int64_t>(most));
+  DETCOLL_RETURN_IF_ERROR(x.agree(k.status()));  // the scratch, on every rank
+  for (size_t begin = 0; begin < o.count; begin += chunk) {
+    const size_t n = std::min(chunk, o.count - begin);
+    const Pieces at = leaves.advanced(begin * es);
+    const bool aligned = leavesAligned(o, begin);
+    if (kb > 0) {
+      k.localKeys(keys, at, o.nleaves, static_cast<int64_t>(n), o.type, aligned);
+      DETCOLL_RETURN_IF_ERROR(x.nativeMaxKeys(keys, n, kb, k.stream()));
+    }
+    k.encode(sums, at, o.nleaves, keys, static_cast<int64_t>(n), o.type, aligned);
+    DETCOLL_RETURN_IF_ERROR(
+        x.nativeAllreduce(sums, sums, n, DataType::kInt64, ReduceOp::kSum, k.stream()));
+    void* out = static_cast<char*>(o.recv) + begin * es;
+    const void* piece[1] = {sums};
+    k.decode(out, k.table(piece, 1), 1, keys, static_cast<int64_t>(n), o.type, o.op, total,
+             kernels::aligned16({out}));
+  }
+  return Status::ok();
+}
+
 template <typename Kernels>
 Status invariant(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, int64_t total) {
   if (o.gathered != nullptr) {
@@ -246,6 +274,7 @@ Status invariant(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, 
   }
   const bool pick = o.op == ReduceOp::kMin || o.op == ReduceOp::kMax;
   if (transport == InvariantTransport::kLeaves || pick) return invariantLeaves(k, x, o);
+  if (transport == InvariantTransport::kMpi) return invariantNative(k, x, o, total);
   return invariantEncodings(k, x, o, total);
 }
 

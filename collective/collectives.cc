@@ -85,6 +85,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   o.op = static_cast<ReduceOp>(op);
   o.totalLeaves = total;
   o.segmentBytes = segmentBytes_;
+  o.invariantTransport = invariantTransport_;
   if (device >= 0) return devicePath().allreduce(o, device);
   bool allInline = payload != nullptr;
   for (int j = 0; j < p && allInline; ++j) {

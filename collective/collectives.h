@@ -29,6 +29,8 @@ class Collectives {
   transport::Communicator& communicator() { return comm_; }
   // Input bytes of a shard per round of the host allreduce's schedule (pipeline.h).
   void setSegmentBytes(size_t bytes) { segmentBytes_ = bytes; }
+  // How the invariant mode's host sums travel (DETCOLL_INVARIANT_TRANSPORT).
+  void setInvariantTransport(InvariantTransport transport) { invariantTransport_ = transport; }
 
   // `precheck` carries a failure the caller found before the call (it still takes part in the
   // agreement so every rank returns it). dtype and op are the caller's raw values. `device` is
@@ -83,6 +85,7 @@ class Collectives {
   transport::Communicator& comm_;
   CallAgreement agreement_;
   size_t segmentBytes_ = 1 << 20;
+  InvariantTransport invariantTransport_ = InvariantTransport::kAuto;
   std::vector<char> payload_;  // this rank's leaves, inline with the call description
   Gathered gathered_;          // every rank's inline leaves
   GpuTransport gpuTransport_ = GpuTransport::kAuto;

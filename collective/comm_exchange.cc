@@ -1,5 +1,9 @@
 #include "collective/comm_exchange.h"
 
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
 #include "collective/ring_allreduce.h"
 #include "collective/tags.h"
 
@@ -32,6 +36,23 @@ Status CommExchange::nativeAllreduce(const void* send, void* recv, size_t count,
   o.type = type;
   o.op = op;
   return ringAllreduce(comm_, o);
+}
+
+Status CommExchange::nativeMaxKeys(void* keys, size_t count, size_t keyBytes, void* stream) {
+  if (comm_.native() != nullptr) return comm_.native()->allreduceMaxUnsigned(keys, count, keyBytes);
+  std::vector<int32_t> wide(count);
+  for (size_t i = 0; i < count; ++i) {
+    uint16_t key = 0;
+    std::memcpy(&key, static_cast<const char*>(keys) + i * keyBytes, keyBytes);
+    wide[i] = key;
+  }
+  DETCOLL_RETURN_IF_ERROR(
+      nativeAllreduce(wide.data(), wide.data(), count, DataType::kInt32, ReduceOp::kMax, stream));
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t key = static_cast<uint16_t>(wide[i]);
+    std::memcpy(static_cast<char*>(keys) + i * keyBytes, &key, keyBytes);
+  }
+  return Status::ok();
 }
 
 }  // namespace detcoll::collective

@@ -19,6 +19,8 @@ class CommExchange : public transport::Exchange {
   Status complete(transport::ExchangeGroup& group) override;
   Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                          void* stream) override;
+  // The backend's own allreduce, or the ring of int32 widenings where it has none.
+  Status nativeMaxKeys(void* keys, size_t count, size_t keyBytes, void* stream) override;
 
  private:
   transport::Communicator& comm_;

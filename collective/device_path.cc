@@ -209,6 +209,10 @@ Status DevicePath::allreduce(const AllreduceOptions& options, int device) {
   if (nccl_) {
     AllreduceOptions device = options;
     device.segmentBytes = kDeviceSegmentBytes;
+    // DETCOLL_INVARIANT_TRANSPORT=mpi is the host path's: device memory keeps NCCL's pipeline.
+    if (device.invariantTransport == InvariantTransport::kMpi) {
+      device.invariantTransport = InvariantTransport::kAuto;
+    }
     return onStream([&](void* s) { return deviceAllreduce(*nccl_, s, device); });
   }
   const size_t bytes = options.count * dataTypeSize(options.type);

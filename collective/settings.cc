@@ -14,6 +14,20 @@ const char* gpuTransportName(GpuTransport transport) {
   return "auto";
 }
 
+const char* invariantTransportName(InvariantTransport transport) {
+  switch (transport) {
+    case InvariantTransport::kLeaves:
+      return "leaves";
+    case InvariantTransport::kEncodings:
+      return "encodings";
+    case InvariantTransport::kMpi:
+      return "mpi";
+    case InvariantTransport::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 Status loadSettings(Environment& env, Settings* settings) {
   Settings result;
   const char* used = nullptr;
@@ -29,6 +43,17 @@ Status loadSettings(Environment& env, Settings* settings) {
       }
     }
     if (!known) return invalidValue(used, v, "auto, nccl or mpi");
+  }
+  if (const char* v = env.get("DETCOLL_INVARIANT_TRANSPORT", nullptr, &used)) {
+    bool known = false;
+    for (InvariantTransport t : {InvariantTransport::kAuto, InvariantTransport::kLeaves,
+                                 InvariantTransport::kEncodings, InvariantTransport::kMpi}) {
+      if (std::string(v) == invariantTransportName(t)) {
+        result.invariantTransport = t;
+        known = true;
+      }
+    }
+    if (!known) return invalidValue(used, v, "auto, leaves, encodings or mpi");
   }
   *settings = result;
   return Status::ok();

@@ -332,6 +332,7 @@ Status Engine::allreduce(Communicator& comm, const Descriptor& d, const void* co
   o.type = d.type;
   o.op = d.op;
   o.segmentBytes = options_.segmentBytes;
+  o.invariantTransport = options_.invariantTransport;
   return collective::allreduce(comm, o);
 }
 

@@ -34,6 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collective/settings.h"
 #include "collective/transport/communicator.h"
 #include "fusion/coordinator.h"
 #include "fusion/planner.h"
@@ -52,6 +53,8 @@ struct EngineOptions {
   double stallShutdownSeconds = 600;  // 0: wait forever
   std::string timelinePath;           // written by rank 0; empty: none
   size_t segmentBytes = 1 << 20;      // of the allreduce's schedule (collective/pipeline.h)
+  // DETCOLL_INVARIANT_TRANSPORT, for the batches in invariant mode.
+  collective::InvariantTransport invariantTransport = collective::InvariantTransport::kAuto;
   // The collective trace's directory (DETCOLL_TRACE; empty: none), which the C API opens; the
   // engine appends its requests' records to `trace` (null: no trace).
   std::string traceDir;

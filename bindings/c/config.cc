@@ -10,6 +10,7 @@ Status loadConfig(const EnvLookup& lookup, Config* config) {
   Config result;
   DETCOLL_RETURN_IF_ERROR(collective::loadSettings(env, &result.collective));
   DETCOLL_RETURN_IF_ERROR(fusion::loadEngineSettings(env, &result.engine));
+  result.engine.invariantTransport = result.collective.invariantTransport;
   DETCOLL_RETURN_IF_ERROR(loadLogLevel(env, &result.logLevel));
   DETCOLL_RETURN_IF_ERROR(kernels::rng::loadRootSeed(env, &result.seed));
   result.setVariables = env.setVariables();

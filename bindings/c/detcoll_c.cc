@@ -169,6 +169,19 @@ Status agreeOnGpuTransport(Runtime& runtime) {
   return runtime.collectives->agreeOnValue("init", "DETCOLL_GPU_TRANSPORT", local, mine, name);
 }
 
+// DETCOLL_INVARIANT_TRANSPORT, the same on every rank: the transports exchange different messages.
+Status agreeOnInvariantTransport(Runtime& runtime) {
+  collective::AgreedValue mine;
+  mine.present = true;
+  mine.words[0] = static_cast<uint64_t>(runtime.config.collective.invariantTransport);
+  auto name = [](const collective::AgreedValue& v) -> std::string {
+    return collective::invariantTransportName(
+        static_cast<collective::InvariantTransport>(v.words[0]));
+  };
+  return runtime.collectives->agreeOnValue("init", "DETCOLL_INVARIANT_TRANSPORT", Status::ok(),
+                                           mine, name);
+}
+
 Status initialize() {
   if (g_runtime) return Status::ok();
   int initialized = 0;
@@ -205,11 +218,13 @@ Status initialize() {
   runtime->comm->setPatience(patience);
   runtime->collectives = std::make_unique<collective::Collectives>(*runtime->comm);
   runtime->collectives->setGpuTransport(runtime->config.collective.gpuTransport);
+  runtime->collectives->setInvariantTransport(runtime->config.collective.invariantTransport);
   const Mode mode = g_modeOverride ? *g_modeOverride : runtime->config.collective.mode;
   // A trace directory that cannot be written fails init on every rank, like a bad variable.
   if (local.isOk()) local = prepareTrace(*runtime);
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
   DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(*runtime));
+  DETCOLL_RETURN_IF_ERROR(agreeOnInvariantTransport(*runtime));
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
 
   MPI_Comm node = MPI_COMM_NULL;

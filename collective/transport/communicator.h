@@ -84,6 +84,9 @@ class NativeCollectives {
   // Sum, min or max (average is a sum divided afterwards, by the caller).
   virtual Status allreduce(const void* send, void* recv, size_t count, DataType type,
                            ReduceOp op) = 0;
+  // data[i] = the largest of every rank's data[i], in place: unsigned integers of `bytes` (1 or
+  // 2) bytes.
+  virtual Status allreduceMaxUnsigned(void* data, size_t count, size_t bytes) = 0;
   virtual Status broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's `bytes` into recv in rank order.
   virtual Status allgather(const void* send, void* recv, size_t bytes) = 0;

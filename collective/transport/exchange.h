@@ -65,6 +65,14 @@ class Exchange {
   virtual Status nativeAllreduce(const void* send, void* recv, size_t count, DataType type,
                                  ReduceOp op, void* stream) = 0;
 
+  // keys[i] = the largest of every rank's keys[i] (unsigned, keyBytes 1 or 2), in place, through
+  // the backend's own allreduce (the invariant mode's mpi transport).
+  // Transports without it refuse.
+  virtual Status nativeMaxKeys(void* keys, size_t count, size_t keyBytes, void* stream) {
+    (void)keys, (void)count, (void)keyBytes, (void)stream;
+    return Status::internal("this transport has no native allreduce of keys");
+  }
+
   // The verdict over every rank's local status, the same on every rank: the schedule asks
   // before its first transfer whether every rank has its scratch, when the kernels' scratch can
   // fail (device memory), so that one rank failing fails every rank instead of leaving the others

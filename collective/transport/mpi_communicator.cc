@@ -387,6 +387,22 @@ Status MpiCommunicator::allreduce(const void* send, void* recv, size_t count, Da
   return Status::ok();
 }
 
+Status MpiCommunicator::allreduceMaxUnsigned(void* data, size_t count, size_t bytes) {
+  DETCOLL_RETURN_IF_ERROR(broken());
+  const MPI_Datatype type = bytes == 1 ? MPI_UINT8_T : MPI_UINT16_T;
+  const size_t maxCount = kMaxMessage / bytes;
+  for (size_t offset = 0; offset < count; offset += maxCount) {
+    const int n = static_cast<int>(std::min(maxCount, count - offset));
+    MPI_Request request;
+    DETCOLL_RETURN_IF_ERROR(
+        started("MPI_Allreduce",
+                MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + offset * bytes, n, type,
+                               MPI_MAX, comm_, &request),
+                &request));
+  }
+  return Status::ok();
+}
+
 Status MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   DETCOLL_RETURN_IF_ERROR(broken());
   char* p = static_cast<char*>(data);

@@ -35,6 +35,7 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
   // MPI_Allreduce; float16 and bfloat16 through user-defined MPI operations (each step rounds
   // to the dtype).
   Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override;
+  Status allreduceMaxUnsigned(void* data, size_t count, size_t bytes) override;
   Status broadcast(void* data, size_t bytes, int root) override;
   Status allgather(const void* send, void* recv, size_t bytes) override;
   Status barrier() override;

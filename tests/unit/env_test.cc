@@ -108,6 +108,25 @@ TEST(EnvTest, GpuTransportValues) {
   }
 }
 
+TEST(EnvTest, InvariantTransportValues) {
+  using collective::InvariantTransport;
+  EXPECT_EQ(loadOk({}).collective.invariantTransport, InvariantTransport::kAuto);
+  const std::pair<const char*, InvariantTransport> known[] = {
+      {"auto", InvariantTransport::kAuto},
+      {"leaves", InvariantTransport::kLeaves},
+      {"encodings", InvariantTransport::kEncodings},
+      {"mpi", InvariantTransport::kMpi}};
+  for (const auto& [text, transport] : known) {
+    const auto config = loadOk({{"DETCOLL_INVARIANT_TRANSPORT", text}});
+    EXPECT_EQ(config.collective.invariantTransport, transport) << text;
+    // The fusion engine's batches use the same transport.
+    EXPECT_EQ(config.engine.invariantTransport, transport) << text;
+  }
+  for (const char* bad : {"MPI", "nccl", "mpi ", "ring", "1"}) {
+    expectRejected("DETCOLL_INVARIANT_TRANSPORT", bad);
+  }
+}
+
 TEST(EnvTest, FusionThresholdValues) {
   EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "0"}}).engine.fusionThresholdBytes, 0u);
   EXPECT_EQ(loadOk({{"DETCOLL_FUSION_THRESHOLD", "1048576"}}).engine.fusionThresholdBytes,

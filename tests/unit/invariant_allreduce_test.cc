@@ -214,7 +214,7 @@ TEST(InvariantAllreduceDirectTest, BothTransportsGiveTheReferenceBits) {
         const Buffer expected = exactReference(leaves, count, type, op);
         const size_t es = dataTypeSize(type);
         for (auto transport : {InvariantTransport::kAuto, InvariantTransport::kLeaves,
-                               InvariantTransport::kEncodings}) {
+                               InvariantTransport::kEncodings, InvariantTransport::kMpi}) {
           for (bool inPlace : {false, true}) {
             SCOPED_TRACE(dataTypeName(type) + " " + reduceOpName(op) + " np=" + std::to_string(p) +
                          " transport=" + std::to_string(static_cast<int>(transport)) +

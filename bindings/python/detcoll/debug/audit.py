@@ -37,6 +37,7 @@ DETCOLL_VARS = dict.fromkeys(
      "DETCOLL_TIMELINE", "DETCOLL_TRACE"), "a limit or an output; no effect on bits")
 DETCOLL_VARS["DETCOLL_CYCLE_TIME"] = "which tensors share a fusion buffer: bits in native mode only"
 DETCOLL_VARS["DETCOLL_GPU_TRANSPORT"] = "how device buffers travel: bits in native mode only"
+DETCOLL_VARS["DETCOLL_INVARIANT_TRANSPORT"] = "how invariant sums travel: no effect on bits"
 KNOWN_DETCOLL = sorted({*DETCOLL_VARS, "DETCOLL_DETERMINISM", "DETCOLL_FUSION_THRESHOLD",
                         "DETCOLL_SEED"})
 NCCL_TUNING = ("NCCL_ALGO NCCL_PROTO NCCL_MIN_NCHANNELS NCCL_MAX_NCHANNELS NCCL_NTHREADS "
