@@ -112,14 +112,17 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
                                      "names must be unique among requests in flight");
     }
   }
-  if (queue_.empty()) firstQueued_ = Clock::now();
+  const bool first = queue_.empty();
+  if (first) firstQueued_ = Clock::now();
   for (RequestSpec& spec : specs) {
     if (spec.descriptor.kind == RequestKind::kJoin) joined_.store(true);
     names_.insert(spec.name);
     requests->push_back(std::make_shared<Request>(std::move(spec), callback));
     queue_.push_back(requests->back());
   }
-  wake_.notify_one();
+  // The engine waits for the first request, and then for the burst to be complete: a wake-up
+  // per request would only contend for the lock with the thread enqueueing.
+  if (first || (burstHint_ > 0 && queue_.size() >= burstHint_)) wake_.notify_one();
   return Status::ok();
 }
 
@@ -193,6 +196,7 @@ void Engine::run() {
       std::chrono::duration<double, std::milli>(options_.cycleTimeMs));
   Clock::time_point next = Clock::now();
   bool idle = true;  // nothing in flight here, nothing partly announced last cycle
+  size_t burst = 0;  // requests taken since the engine was last idle
   const auto gather = std::min<Clock::duration>(cycle / 10, std::chrono::microseconds(100));
   for (;;) {
     std::vector<RequestPtr> fresh;
@@ -202,12 +206,15 @@ void Engine::run() {
       std::unique_lock<std::mutex> lock(mutex_);
       // An idle engine starts a cycle soon after something is enqueued: the first request after
       // a quiet spell (the first gradient of a backward pass) waits a tenth of a cycle time (at
-      // most 100 us, to gather the requests enqueued with it), not for the timer. Otherwise the
-      // cycle time batches requests.
+      // most 100 us, to gather the requests enqueued with it), not for the timer, and no longer
+      // once as many requests are queued as the last burst had (a training step's gradients,
+      // step after step). Otherwise the cycle time batches requests. Only timing depends on it:
+      // in ordered and invariant mode the bits do not depend on how requests are batched.
       wake_.wait_until(lock, next, [&] { return shutdownRequested_ || (idle && !queue_.empty()); });
       if (idle && !queue_.empty() && !shutdownRequested_) {
-        wake_.wait_until(lock, std::min(next, firstQueued_ + gather),
-                         [&] { return shutdownRequested_; });
+        wake_.wait_until(lock, std::min(next, firstQueued_ + gather), [&] {
+          return shutdownRequested_ || (burstHint_ > 0 && queue_.size() >= burstHint_);
+        });
       }
       fresh.swap(queue_);
       shutdown = shutdownRequested_;
@@ -318,6 +325,12 @@ void Engine::run() {
     // Idle once nothing is in flight here after this cycle's batches: the next request starts a
     // burst of its own (a blocking call after a blocking call) and need not wait for the timer.
     idle = pending_.empty() && response.errors.empty() && !response.partial;
+    burst += ready.size();
+    if (idle && burst > 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      burstHint_ = burst;
+      burst = 0;
+    }
     execute(ready, static_cast<size_t>(response.fusionThresholdBytes));
   }
 }

@@ -158,7 +158,10 @@ class Engine {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<RequestPtr> queue_;
-  Clock::time_point firstQueued_;          // when queue_ last became non-empty
+  Clock::time_point firstQueued_;  // when queue_ last became non-empty
+  // Requests in the last burst (enqueued from an idle engine until it was idle again): an idle
+  // engine starts its cycle as soon as this many are queued, not after the gather window.
+  size_t burstHint_ = 0;
   std::unordered_set<std::string> names_;  // enqueued on this rank and not complete
   bool shutdownRequested_ = false;
   Status abandonRequested_;
