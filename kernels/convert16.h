@@ -24,7 +24,10 @@ DETCOLL_FORCE_INLINE uint32_t widenHalfBits(uint32_t h) {
   const uint32_t exponent = magnitude >> 10;
   const uint32_t normal = (magnitude << 13) + ((exponent == 31 ? 224u : 112u) << 23);
   const uint32_t subnormal = floatBits(static_cast<float>(magnitude) * 0x1p-24f);
-  return sign | (exponent == 0 ? subnormal : normal);
+  // Masks, not a conditional: the compiler may not move a floating-point operation under a
+  // branch it made, and with none the loops vectorize.
+  const uint32_t isSubnormal = -static_cast<uint32_t>(exponent == 0);
+  return sign | (subnormal & isSubnormal) | (normal & ~isSubnormal);
 }
 
 // floatToHalf without branches. Normal results round by adding below the 13 dropped bits (a carry
@@ -35,9 +38,12 @@ DETCOLL_FORCE_INLINE uint16_t narrowHalfBits(uint32_t x) {
   const uint32_t a = x & 0x7fffffffu;
   const uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
   const uint32_t subnormal = floatBits(bitsToFloat(a) + 0.5f) - 0x3f000000u;
-  uint32_t h = a < 0x38800000u ? subnormal : normal;
-  h = a >= 0x477ff000u ? 0x7c00u : h;  // >= 65520, or inf
-  h = a > 0x7f800000u ? kHalfCanonicalNaN : (sign | h);
+  const uint32_t isSubnormal = -static_cast<uint32_t>(a < 0x38800000u);
+  const uint32_t isInfinite = -static_cast<uint32_t>(a >= 0x477ff000u);  // >= 65520, or inf
+  const uint32_t isNaN = -static_cast<uint32_t>(a > 0x7f800000u);
+  uint32_t h = (subnormal & isSubnormal) | (normal & ~isSubnormal);
+  h = (0x7c00u & isInfinite) | (h & ~isInfinite);
+  h = (kHalfCanonicalNaN & isNaN) | ((sign | h) & ~isNaN);
   return static_cast<uint16_t>(h);
 }
 
