@@ -5,7 +5,9 @@
 // ThreadCommunicator (thread_communicator.h, N ranks as threads for unit tests). The algorithms
 // live in collective/ (docs/design.md, "Layers").
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,6 +76,23 @@ class Communicator {
 
   // Tags of the layers above are below kMaxTag; kMaxTag itself carries abandonment notices.
   static constexpr int kMaxTag = 32767;
+
+  // Messages this communicator has sent (isend calls), for the tests and benchmarks that count
+  // what a collective costs (docs/design.md, "Agreement"): those with `tag`, tags from
+  // kCountedTags up counted together; or all of them. Any thread may read them.
+  static constexpr int kCountedTags = 64;
+  uint64_t sentMessages(int tag) const {
+    return sent_[countedTag(tag)].load(std::memory_order_relaxed);
+  }
+  uint64_t sentMessages() const;
+
+ protected:
+  // Every implementation's isend counts its message: one relaxed atomic increment.
+  void countSend(int tag) { sent_[countedTag(tag)].fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  static int countedTag(int tag) { return tag >= 0 && tag < kCountedTags ? tag : kCountedTags; }
+  std::atomic<uint64_t> sent_[kCountedTags + 1] = {};
 };
 
 // Collectives a backend implements itself. No ordering promise: used where the bits do not

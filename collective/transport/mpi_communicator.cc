@@ -315,6 +315,7 @@ Status MpiCommunicator::started(const char* call, int rc, MPI_Request* request) 
 
 std::unique_ptr<Transfer> MpiCommunicator::isend(const void* data, size_t bytes, int peer,
                                                  int tag) {
+  countSend(tag);
   auto result = std::make_unique<MpiTransfer>(*this, Waiting::kSend, peer);
   if (isBroken_.load(std::memory_order_acquire)) {
     result->fail(broken());
