@@ -87,6 +87,10 @@ constexpr uint32_t kFailed = 0xFFFFFFFF;
 constexpr size_t kLength = sizeof(uint64_t);
 // Every receive takes at least this much, so that a failure's message fits (cut to fit).
 constexpr size_t kLeastReceive = 512;
+// How much longer than the communicator's patience a rank waits for a message its peer sends only
+// after hearing from others (every round after the first): the rank that waits for a silent rank
+// in the first round gives up first, and its notice names that rank.
+constexpr double kForwardedGraceSeconds = 2;
 // The most bytes of texts all ranks together may send.
 constexpr uint64_t kMostTextBytes = uint64_t{1} << 30;
 
@@ -193,7 +197,7 @@ Status Agreement::gather(transport::Communicator& comm, char* slots, std::vector
     sends_.push_back(comm.isend(packet.data(), packet.size(), to, kTagAgreement));
     // Every round's message is waited for, even after a failure.
     size_t bytes = 0;
-    const Status got = receive->wait(&bytes);
+    const Status got = receive->waitWithGrace(&bytes, k == 0 ? 0 : kForwardedGraceSeconds);
     if (!status.isOk()) continue;
     status = got.isOk() ? unpack(p, from, n, received_.data(), bytes, slots, sizes) : got;
   }

@@ -35,6 +35,14 @@ class Transfer {
   // Blocks until the transfer completes. For a receive, `bytes` (if not null) receives the size
   // of the message, which may be smaller than the posted capacity.
   virtual Status wait(size_t* bytes = nullptr) = 0;
+  // wait() with the communicator's patience lengthened by graceSeconds: for a message the peer
+  // sends only once it has heard from others (a record it forwards), so that the rank waiting
+  // for a silent rank directly gives up first and its notice, naming that rank, reaches this one
+  // before it would blame the peer (docs/design.md, "Agreement").
+  virtual Status waitWithGrace(size_t* bytes, double graceSeconds) {
+    (void)graceSeconds;
+    return wait(bytes);
+  }
   // Nonblocking: true once the transfer has completed, with its status in *status (the size of
   // a received message is only reported by wait). For loops that poll instead of blocking.
   virtual bool test(Status* status) = 0;
