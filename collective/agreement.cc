@@ -74,30 +74,135 @@ Status verdict(const std::vector<Status>& statuses) {
                     ranks, [&](int r) { return statuses[r].message(); }, Phrase::kRanksThenValue));
 }
 
-Status Agreement::exchange(transport::Communicator& comm, char* slots, const size_t* bytes,
-                           size_t capacity, std::vector<size_t>* received) {
+namespace {
+
+// A packet: its header, then per entry its length (8 bytes) and its bytes; or the header and a
+// failure (docs/design.md, "Agreement").
+struct PacketHeader {
+  uint32_t magic;
+  uint32_t entries;  // kFailed: a failure follows, its status code (1 byte) and its message
+};
+constexpr uint32_t kPacketMagic = 0xDCA61EE5;
+constexpr uint32_t kFailed = 0xFFFFFFFF;
+constexpr size_t kLength = sizeof(uint64_t);
+// Every receive takes at least this much, so that a failure's message fits (cut to fit).
+constexpr size_t kLeastReceive = 512;
+// How much longer than the communicator's patience a rank waits for a message its peer sends only
+// after hearing from others (every round after the first): the rank that waits for a silent rank
+// in the first round gives up first, and its notice names that rank.
+constexpr double kForwardedGraceSeconds = 2;
+// The most bytes of texts all ranks together may send.
+constexpr uint64_t kMostTextBytes = uint64_t{1} << 30;
+
+Status unreadable(int from, size_t bytes) {
+  return Status::mismatch("rank " + std::to_string(from) + " sent an agreement message of " +
+                          std::to_string(bytes) +
+                          " bytes that this agreement cannot read: the ranks are in different "
+                          "agreements");
+}
+
+}  // namespace
+
+void Agreement::pack(int p, int first, int n, const char* slots, const std::vector<size_t>& sizes,
+                     std::vector<char>* packet) const {
+  size_t total = sizeof(PacketHeader);
+  for (int i = 0; i < n; ++i) total += kLength + sizes[(first + i) % p];
+  packet->resize(total);
+  char* at = packet->data();
+  const PacketHeader header{kPacketMagic, static_cast<uint32_t>(n)};
+  std::memcpy(at, &header, sizeof header);
+  at += sizeof header;
+  for (int i = 0; i < n; ++i) {
+    const int j = (first + i) % p;
+    const uint64_t length = sizes[j];
+    std::memcpy(at, &length, kLength);
+    at += kLength;
+    if (length > 0) std::memcpy(at, slots + offsets_[j], length);
+    at += length;
+  }
+}
+
+Status Agreement::unpack(int p, int from, int n, const char* packet, size_t bytes, char* slots,
+                         std::vector<size_t>* sizes) const {
+  PacketHeader header;
+  if (bytes < sizeof header) return unreadable(from, bytes);
+  std::memcpy(&header, packet, sizeof header);
+  if (header.magic != kPacketMagic) return unreadable(from, bytes);
+  const char* at = packet + sizeof header;
+  const char* end = packet + bytes;
+  if (header.entries == kFailed) {
+    // A rank before this one failed: its status, passed on as it is.
+    if (at == end) return unreadable(from, bytes);
+    int code = static_cast<unsigned char>(*at);
+    if (code <= static_cast<int>(StatusCode::kSuccess) ||
+        code > static_cast<int>(StatusCode::kInternal)) {
+      code = static_cast<int>(StatusCode::kInternal);
+    }
+    return Status(static_cast<StatusCode>(code), std::string(at + 1, end));
+  }
+  if (header.entries != static_cast<uint32_t>(n)) return unreadable(from, bytes);
+  for (int i = 0; i < n; ++i) {
+    const int j = (from + i) % p;
+    if (end - at < static_cast<std::ptrdiff_t>(kLength)) return unreadable(from, bytes);
+    uint64_t length = 0;
+    std::memcpy(&length, at, kLength);
+    at += kLength;
+    if (length > capacities_[j]) {
+      return Status::mismatch("rank " + std::to_string(j) + " sent a record of " +
+                              std::to_string(length) + " bytes where this agreement's take at " +
+                              "most " + std::to_string(capacities_[j]) +
+                              ": the ranks are in different agreements");
+    }
+    if (length > static_cast<uint64_t>(end - at)) return unreadable(from, bytes);
+    if (length > 0) std::memcpy(slots + offsets_[j], at, length);
+    (*sizes)[j] = length;
+    at += length;
+  }
+  return at == end ? Status::ok() : unreadable(from, bytes);
+}
+
+Status Agreement::gather(transport::Communicator& comm, char* slots, std::vector<size_t>* sizes) {
   const int p = comm.size();
   const int rank = comm.rank();
-  transfers_.clear();
-  for (int j = 0; j < p; ++j) {
-    if (j != rank)
-      transfers_.push_back(comm.irecv(slots + j * capacity, bytes[j], j, kTagAgreement));
-  }
-  for (int j = 0; j < p; ++j) {
-    if (j != rank) {
-      transfers_.push_back(comm.isend(slots + rank * capacity, bytes[rank], j, kTagAgreement));
-    }
-  }
-  // The receives one by one, for their sizes; every transfer waited for, even after a failure.
-  received->assign(p, bytes[rank]);
+  int rounds = 0;
+  while ((1 << rounds) < p) ++rounds;
+  if (sent_.size() < static_cast<size_t>(rounds)) sent_.resize(rounds);
+  sends_.clear();
   Status status;
-  for (int j = 0, t = 0; j < p; ++j) {
-    if (j == rank) continue;
-    const Status s = transfers_[t++]->wait(&(*received)[j]);
-    if (status.isOk()) status = s;
+  for (int k = 0; k < rounds; ++k) {
+    const int distance = 1 << k;
+    const int to = (rank - distance + p) % p;
+    const int from = (rank + distance) % p;
+    // Ranks rank .. rank + n - 1 travel to `to`; ranks from .. from + n - 1 come from `from`.
+    const int n = std::min(distance, p - distance);
+    size_t capacity = sizeof(PacketHeader);
+    for (int i = 0; i < n; ++i) capacity += kLength + capacities_[(from + i) % p];
+    capacity = std::max(capacity, kLeastReceive);
+    if (received_.size() < capacity) received_.resize(capacity);
+    std::unique_ptr<transport::Transfer> receive =
+        comm.irecv(received_.data(), capacity, from, kTagAgreement);
+    std::vector<char>& packet = sent_[k];
+    if (status.isOk()) {
+      pack(p, rank, n, slots, *sizes, &packet);
+    } else {
+      // The failure instead of records, cut to what the receive takes.
+      const std::string& why = status.message();
+      const size_t text = std::min(why.size(), kLeastReceive - sizeof(PacketHeader) - 1);
+      packet.resize(sizeof(PacketHeader) + 1 + text);
+      const PacketHeader header{kPacketMagic, kFailed};
+      std::memcpy(packet.data(), &header, sizeof header);
+      packet[sizeof header] = static_cast<char>(status.code());
+      std::memcpy(packet.data() + sizeof header + 1, why.data(), text);
+    }
+    sends_.push_back(comm.isend(packet.data(), packet.size(), to, kTagAgreement));
+    // Every round's message is waited for, even after a failure.
+    size_t bytes = 0;
+    const Status got = receive->waitWithGrace(&bytes, k == 0 ? 0 : kForwardedGraceSeconds);
+    if (!status.isOk()) continue;
+    status = got.isOk() ? unpack(p, from, n, received_.data(), bytes, slots, sizes) : got;
   }
-  const Status sent = transport::waitAll(transfers_.data() + (p - 1), p - 1);
-  transfers_.clear();
+  const Status sent = transport::waitAll(sends_.data(), sends_.size());
+  sends_.clear();
   return status.isOk() ? sent : status;
 }
 
@@ -110,16 +215,17 @@ Status Agreement::exchangeRecords(transport::Communicator& comm, const void* rec
   if (records_.size() < p * capacity) records_.resize(p * capacity);
   char* own = records_.data() + rank * capacity;
   if (bytes > 0 && own != record) std::memcpy(own, record, bytes);
-  // Receives take up to `capacity`; this rank sends its `bytes`.
-  std::vector<size_t> sizes(p, capacity);
-  sizes[rank] = bytes;
-  std::vector<size_t> received;
-  DETCOLL_RETURN_IF_ERROR(exchange(comm, records_.data(), sizes.data(), capacity, &received));
+  offsets_.resize(p);
+  for (int j = 0; j < p; ++j) offsets_[j] = j * capacity;
+  capacities_.assign(p, capacity);
+  sizes_.assign(p, 0);
+  sizes_[rank] = bytes;
+  DETCOLL_RETURN_IF_ERROR(gather(comm, records_.data(), &sizes_));
   // A record shorter than any of this agreement's is another agreement's: ranks out of step.
   for (int j = 0; j < p; ++j) {
-    if (received[j] < minimum) {
+    if (sizes_[j] < minimum) {
       return Status::mismatch("rank " + std::to_string(j) + " sent a record of " +
-                              std::to_string(received[j]) + " bytes where this agreement's " +
+                              std::to_string(sizes_[j]) + " bytes where this agreement's " +
                               "take at least " + std::to_string(minimum) +
                               ": the ranks are in different agreements");
     }
@@ -139,22 +245,41 @@ Status Agreement::exchangeTexts(transport::Communicator& comm, const std::vector
                 reinterpret_cast<const char*>(&n) + sizeof n);
     blob.insert(blob.end(), text.begin(), text.end());
   }
-  // First every blob's size, then the blobs, each in a slot as large as the largest.
-  std::vector<uint64_t> sizes(p, 0);
-  sizes[rank] = blob.size();
-  std::vector<size_t> eight(p, sizeof(uint64_t));
-  std::vector<size_t> received;
-  DETCOLL_RETURN_IF_ERROR(exchange(comm, reinterpret_cast<char*>(sizes.data()), eight.data(),
-                                   sizeof(uint64_t), &received));
-  const size_t slot = std::max<size_t>(1, *std::max_element(sizes.begin(), sizes.end()));
-  std::vector<char> blobs(p * slot);
-  if (!blob.empty()) std::memcpy(blobs.data() + rank * slot, blob.data(), blob.size());
-  const std::vector<size_t> exact(sizes.begin(), sizes.end());
-  DETCOLL_RETURN_IF_ERROR(exchange(comm, blobs.data(), exact.data(), slot, &received));
+  // First every blob's size, then the blobs, each received into exactly its size.
+  std::vector<uint64_t> blobSizes(p, 0);
+  blobSizes[rank] = blob.size();
+  offsets_.resize(p);
+  for (int j = 0; j < p; ++j) offsets_[j] = j * sizeof(uint64_t);
+  capacities_.assign(p, sizeof(uint64_t));
+  std::vector<size_t> received(p, 0);
+  received[rank] = sizeof(uint64_t);
+  DETCOLL_RETURN_IF_ERROR(gather(comm, reinterpret_cast<char*>(blobSizes.data()), &received));
+  uint64_t total = 0;
+  for (int j = 0; j < p; ++j) {
+    if (received[j] != sizeof(uint64_t)) {
+      return Status::mismatch("rank " + std::to_string(j) + " sent " + std::to_string(received[j]) +
+                              " bytes where this agreement takes " +
+                              "the size of its texts: the ranks are in different agreements");
+    }
+    // Texts are names and messages: a size past kMostTextBytes is another agreement's bytes.
+    if (blobSizes[j] > kMostTextBytes - total) {
+      return Status::mismatch("rank " + std::to_string(j) + " sent texts of " +
+                              std::to_string(blobSizes[j]) +
+                              " bytes: the ranks are in different agreements");
+    }
+    offsets_[j] = total;
+    capacities_[j] = blobSizes[j];
+    total += blobSizes[j];
+  }
+  std::vector<char> blobs(std::max<size_t>(1, total));
+  if (!blob.empty()) std::memcpy(blobs.data() + offsets_[rank], blob.data(), blob.size());
+  received.assign(p, 0);
+  received[rank] = blob.size();
+  DETCOLL_RETURN_IF_ERROR(gather(comm, blobs.data(), &received));
   all->assign(p, {});
   for (int j = 0; j < p; ++j) {
-    const char* at = blobs.data() + j * slot;
-    const char* end = at + sizes[j];
+    const char* at = blobs.data() + offsets_[j];
+    const char* end = at + received[j];
     while (end - at >= static_cast<std::ptrdiff_t>(sizeof(uint64_t))) {
       uint64_t n = 0;
       std::memcpy(&n, at, sizeof n);

@@ -1,11 +1,11 @@
 #pragma once
 
-// How ranks agree (docs/design.md, "Agreement"). Every rank contributes a fixed-size record; one
-// exchange gives every rank every record, and every rank computes the same verdict from the same
-// records. Only when that verdict is a failure (some rank's local check failed, or the records
-// differ) do the ranks exchange texts (error messages, names), so that every rank words the
-// failure identically. A failure is never one rank's alone: bad input on one rank, or ranks out of
-// step, fail every rank with the same status and message instead of leaving some waiting.
+// How ranks agree (docs/design.md, "Agreement"). Every rank contributes a record of at most a
+// fixed size; one exchange gives every rank every record, and every rank computes the same verdict
+// from the same records. Only when that verdict is a failure (some rank's local check failed, or
+// the records differ) do the ranks exchange texts (error messages, names), so that every rank words
+// the failure identically. A failure is never one rank's alone: bad input on one rank, or ranks out
+// of step, fail every rank with the same status and message instead of leaving some waiting.
 //
 // The wording is one too: ranks with equal values form a group, groups come in order of their
 // lowest rank, and a group is named "rank 3" or "ranks 0, 2 and 5".
@@ -57,16 +57,23 @@ Status verdict(const std::vector<Status>& statuses);
 // ---- the exchange
 // --------------------------------------------------------------------------------
 
-// One agreement's messages over a communicator. Records and texts travel all-to-all, with the
-// agreement's own tag; every rank makes the same calls in the same order.
+// One agreement's messages over a communicator, with the agreement's own tag; every rank makes the
+// same calls in the same order. Records and texts travel by a dissemination allgather: in round k
+// (while 2^k < P) rank r sends to rank r - 2^k and receives from rank r + 2^k (mod P) the records
+// it has gathered, each with its length, so that after ceil(log2 P) rounds, one message sent per
+// round, every rank holds every record. A rank that fails in a round (a message it cannot read,
+// a transport error) still sends in the rounds after it: the reason instead of records, which the
+// ranks it reaches return as their failure, so that no rank waits for a message that never comes.
 class Agreement {
  public:
-  // Sends `bytes` of `record` to every rank and receives every rank's record, each at most
-  // `capacity` bytes; record(j) is then rank j's (this rank's own too). A record shorter than
-  // `minimum` is a mismatch: that rank is in another agreement.
+  // Contributes `bytes` of `record` and gathers every rank's record, each at most `capacity`
+  // bytes; record(j) is then rank j's (this rank's own too), recordBytes(j) its size.
+  // A record shorter than `minimum`, or longer than `capacity`, is a mismatch: that rank is in
+  // another agreement.
   Status exchangeRecords(transport::Communicator& comm, const void* record, size_t bytes,
                          size_t capacity, size_t minimum);
   const char* record(int rank) const { return records_.data() + rank * capacity_; }
+  size_t recordBytes(int rank) const { return sizes_[rank]; }
 
   // Every rank's texts (any number of any length). Called by every rank or by none: the ranks
   // decide from the records they all hold.
@@ -74,13 +81,24 @@ class Agreement {
                        std::vector<std::vector<std::string>>* all);
 
  private:
-  // *received: the bytes each rank sent.
-  Status exchange(transport::Communicator& comm, char* slots, const size_t* bytes, size_t capacity,
-                  std::vector<size_t>* received);
+  // The allgather: rank j's entry at slots + offsets_[j], at most capacities_[j] bytes; this
+  // rank's is there already, (*sizes)[rank] bytes. On success (*sizes)[j] is rank j's size.
+  Status gather(transport::Communicator& comm, char* slots, std::vector<size_t>* sizes);
+  // Packs the entries of ranks first .. first + n - 1 (mod P) into *packet.
+  void pack(int p, int first, int n, const char* slots, const std::vector<size_t>& sizes,
+            std::vector<char>* packet) const;
+  // Reads a packet of n entries from rank `from` (the entries of ranks from .. from + n - 1).
+  Status unpack(int p, int from, int n, const char* packet, size_t bytes, char* slots,
+                std::vector<size_t>* sizes) const;
 
   std::vector<char> records_;
   size_t capacity_ = 0;
-  std::vector<std::unique_ptr<transport::Transfer>> transfers_;
+  std::vector<size_t> sizes_;
+  std::vector<size_t> offsets_;
+  std::vector<size_t> capacities_;
+  std::vector<char> received_;           // one round's packet
+  std::vector<std::vector<char>> sent_;  // each round's packet, until its send completes
+  std::vector<std::unique_ptr<transport::Transfer>> sends_;
 };
 
 // Agrees on a local status: every rank returns verdict() of every rank's status. One exchange of

@@ -4,6 +4,12 @@
 
 namespace detcoll::collective::transport {
 
+uint64_t Communicator::sentMessages() const {
+  uint64_t total = 0;
+  for (const auto& count : sent_) total += count.load(std::memory_order_relaxed);
+  return total;
+}
+
 Status recvBytes(Communicator& comm, void* data, size_t bytes, int peer, int tag) {
   size_t received = 0;
   DETCOLL_RETURN_IF_ERROR(comm.irecv(data, bytes, peer, tag)->wait(&received));

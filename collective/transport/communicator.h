@@ -5,7 +5,9 @@
 // ThreadCommunicator (thread_communicator.h, N ranks as threads for unit tests). The algorithms
 // live in collective/ (docs/design.md, "Layers").
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,6 +35,14 @@ class Transfer {
   // Blocks until the transfer completes. For a receive, `bytes` (if not null) receives the size
   // of the message, which may be smaller than the posted capacity.
   virtual Status wait(size_t* bytes = nullptr) = 0;
+  // wait() with the communicator's patience lengthened by graceSeconds: for a message the peer
+  // sends only once it has heard from others (a record it forwards), so that the rank waiting
+  // for a silent rank directly gives up first and its notice, naming that rank, reaches this one
+  // before it would blame the peer (docs/design.md, "Agreement").
+  virtual Status waitWithGrace(size_t* bytes, double graceSeconds) {
+    (void)graceSeconds;
+    return wait(bytes);
+  }
   // Nonblocking: true once the transfer has completed, with its status in *status (the size of
   // a received message is only reported by wait). For loops that poll instead of blocking.
   virtual bool test(Status* status) = 0;
@@ -74,6 +84,23 @@ class Communicator {
 
   // Tags of the layers above are below kMaxTag; kMaxTag itself carries abandonment notices.
   static constexpr int kMaxTag = 32767;
+
+  // Messages this communicator has sent (isend calls), for the tests and benchmarks that count
+  // what a collective costs (docs/design.md, "Agreement"): those with `tag`, tags from
+  // kCountedTags up counted together; or all of them. Any thread may read them.
+  static constexpr int kCountedTags = 64;
+  uint64_t sentMessages(int tag) const {
+    return sent_[countedTag(tag)].load(std::memory_order_relaxed);
+  }
+  uint64_t sentMessages() const;
+
+ protected:
+  // Every implementation's isend counts its message: one relaxed atomic increment.
+  void countSend(int tag) { sent_[countedTag(tag)].fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  static int countedTag(int tag) { return tag >= 0 && tag < kCountedTags ? tag : kCountedTags; }
+  std::atomic<uint64_t> sent_[kCountedTags + 1] = {};
 };
 
 // Collectives a backend implements itself. No ordering promise: used where the bits do not

@@ -32,7 +32,8 @@ class MpiTransfer : public Transfer {
   ~MpiTransfer() override {
     if (!done_) (void)wait(nullptr);
   }
-  Status wait(size_t* bytes) override {
+  Status wait(size_t* bytes) override { return waitWithGrace(bytes, 0); }
+  Status waitWithGrace(size_t* bytes, double graceSeconds) override {
     if (done_) return posted_;
     done_ = true;
     if (!posted_.isOk()) return posted_;
@@ -43,7 +44,7 @@ class MpiTransfer : public Transfer {
       MPI_Status status;
       // After a failure the other requests are still released (await on an abandoned
       // communicator returns at once).
-      const Status s = comm_.await(&request, &status, what_, peer_, call);
+      const Status s = comm_.await(&request, &status, what_, peer_, call, graceSeconds);
       if (!s.isOk()) {
         if (posted_.isOk()) posted_ = s;
         continue;
@@ -250,7 +251,7 @@ void MpiCommunicator::release(MPI_Request* request, Waiting what) {
 }
 
 Status MpiCommunicator::await(MPI_Request* request, MPI_Status* status, Waiting what, int peer,
-                              const char* call) {
+                              const char* call, double graceSeconds) {
   if (isBroken_.load(std::memory_order_acquire)) {
     release(request, what);
     return broken();
@@ -263,6 +264,7 @@ Status MpiCommunicator::await(MPI_Request* request, MPI_Status* status, Waiting 
   const Clock::time_point start = Clock::now();
   Clock::time_point nextLook = start + std::chrono::milliseconds(1);
   double nextWarning = patience_.warnSeconds;
+  const double limit = patience_.limitSeconds > 0 ? patience_.limitSeconds + graceSeconds : 0;
   auto whom = [&] {
     switch (what) {
       case Waiting::kReceive:
@@ -291,13 +293,15 @@ Status MpiCommunicator::await(MPI_Request* request, MPI_Status* status, Waiting 
       return healthy;
     }
     const double waited = std::chrono::duration<double>(now - start).count();
-    if (patience_.limitSeconds > 0 && waited >= patience_.limitSeconds) {
+    if (limit > 0 && waited >= limit) {
       const std::string who = what == Waiting::kCollective ? std::string("a rank in ") + call
                                                            : "rank " + std::to_string(peer);
+      const std::string grace =
+          graceSeconds > 0 ? ", and " + secondsText(graceSeconds) + " for a forwarded message" : "";
       abandon(Status::timeout(who + " stopped answering: rank " + std::to_string(rank_) +
-                              " waited " + secondsText(patience_.limitSeconds) + " for " + whom() +
-                              " (the stall limit, DETCOLL_STALL_SHUTDOWN_SECONDS); detcoll "
-                              "stops communicating"));
+                              " waited " + secondsText(limit) + " for " + whom() +
+                              " (the stall limit, DETCOLL_STALL_SHUTDOWN_SECONDS" + grace +
+                              "); detcoll stops communicating"));
       release(request, what);
       return broken();
     }
@@ -318,6 +322,7 @@ Status MpiCommunicator::started(const char* call, int rc, MPI_Request* request) 
 
 std::unique_ptr<Transfer> MpiCommunicator::isend(const void* data, size_t bytes, int peer,
                                                  int tag) {
+  countSend(tag);
   auto result = std::make_unique<MpiTransfer>(*this, Waiting::kSend, peer);
   if (isBroken_.load(std::memory_order_acquire)) {
     result->fail(broken());

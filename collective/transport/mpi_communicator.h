@@ -46,9 +46,11 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
 
   // What a wait is for, for its messages.
   enum class Waiting { kReceive, kSend, kCollective };
-  // Waits for one request with the communicator's patience. A request given up on is released
-  // (a receive cancelled; a collective's left to MPI) and the communicator abandoned.
-  Status await(MPI_Request* request, MPI_Status* status, Waiting what, int peer, const char* call);
+  // Waits for one request with the communicator's patience, its limit lengthened by
+  // graceSeconds. A request given up on is released (a receive cancelled; a collective's left to
+  // MPI) and the communicator abandoned.
+  Status await(MPI_Request* request, MPI_Status* status, Waiting what, int peer, const char* call,
+               double graceSeconds = 0);
 
  private:
   explicit MpiCommunicator(MPI_Comm comm);

@@ -121,6 +121,7 @@ int ThreadCommunicator::size() const {
 
 std::unique_ptr<Transfer> ThreadCommunicator::isend(const void* data, size_t bytes, int peer,
                                                     int tag) {
+  countSend(tag);
   auto t = std::make_shared<Message>();
   t->source = data;
   t->bytes = bytes;

@@ -1,6 +1,7 @@
 """Bad schedules at np 3 (docs/design.md, "Failures"): a rank that stalls and comes back, one that
 never comes back, one wedged in its own code, one stopped, one killed, and two threads of a rank
-calling collectives. Each run is bounded in time; what every rank reports
+calling collectives; and at np 5, a blocking call whose agreement forwards records past the
+rank that stopped. Each run is bounded in time; what every rank reports
 (tests/mpi/failure_check.cc) is judged here: no rank ever gets a wrong result as success, every
 waiting rank fails within the stall limit + 5 s naming the rank that stopped, and the job ends.
 """
@@ -26,11 +27,11 @@ pytestmark = pytest.mark.skipif(not CHECK or not MPIEXEC,
 EVENT = re.compile(r'@@ rank=(\d+) event=(\S+) t=([\d.]+)((?: (?!msg=|event=|rank=|t=)\w+=[^ "@\n]*)*)(?: msg="([^"]*)")?')
 
 
-def run(scenario, *args, mpirun_flags=(), timeout=90, program=CHECK):
+def run(scenario, *args, mpirun_flags=(), timeout=90, program=CHECK, np=3):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                DETCOLL_DETERMINISM="ordered", DETCOLL_STALL_SHUTDOWN_SECONDS=str(LIMIT),
                DETCOLL_STALL_CHECK_SECONDS="1")
-    cmd = [MPIEXEC, "-np", "3", "--oversubscribe", *mpirun_flags]
+    cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", *mpirun_flags]
     for name in ("DETCOLL_DETERMINISM", "DETCOLL_STALL_SHUTDOWN_SECONDS",
                  "DETCOLL_STALL_CHECK_SECONDS"):
         cmd += ["-x", name]
@@ -150,6 +151,20 @@ def test_survivors_fail_naming_the_rank_that_stopped(how, expected):
             assert float(got["blocking"]["elapsed"]) < 1.0, got["blocking"]
     # Each call waits at most the limit, and the survivors then exit: the job ends.
     assert end - begin <= len(expected) * (LIMIT + SLACK) + 20, output
+
+
+def test_a_forwarding_agreement_names_the_rank_that_stopped():
+    # From four ranks on, the call agreement forwards records (docs/design.md, "Agreement"): rank 1
+    # waits for rank 3's message, which rank 3 sends once it has rank 4's. Every survivor must
+    # still name rank 4, not a neighbour that was waiting for it.
+    np = 5
+    events, _, _, output = run("wedged_blocking", np=np)
+    expect_nothing_wrong(events, output)
+    for rank in range(np - 1):
+        [e] = calls(events, rank, call="blocking")
+        assert e["status"] == "TIMEOUT", f"{e}\n{output}"
+        assert f"rank {np - 1} stopped answering" in e["msg"], f"rank {rank}: {e}"
+        assert float(e["elapsed"]) <= LIMIT + SLACK, f"failed after {e['elapsed']} s: {e}"
 
 
 PYTHON_STALL = """
