@@ -68,6 +68,24 @@ DETCOLL_FORCE_INLINE void localMaxKeysBody(typename F::Key* keys, const void* co
 // the round magic rounds it once, ties to even. The double 1.f * 2^E is built from the bits (E is
 // clamped at -60, where the value stays below 1/2 and rounds to 0 all the same); a subnormal's
 // 0.f * 2^E is that minus 2^E, exactly.
+// The encoding plus the round magic, as a double (its bits less the magic's are the integer);
+// usable(key) masks elements whose key is 0 or the special key, which encode to 0.
+template <typename F>
+DETCOLL_FORCE_INLINE uint64_t usable(int64_t key) {
+  return -static_cast<uint64_t>((key != 0) & (key != static_cast<int64_t>(F::kSpecial)));
+}
+
+template <typename F>
+DETCOLL_FORCE_INLINE double encodedWithMagic(uint64_t b, int64_t key) {
+  const int64_t e = static_cast<int64_t>((b >> F::kM) & F::kSpecial);
+  const int64_t exponent = std::max<int64_t>(e + (e == 0) - key + 45, -60);
+  const uint64_t top =
+      ((b >> (F::kM + F::kE)) << 63) | (static_cast<uint64_t>(exponent + 1023) << 52);
+  const double whole = doubleFromBits(top | ((b & F::kFraction) << (52 - F::kM)));
+  const double implicit = doubleFromBits(top & -static_cast<uint64_t>(e == 0));
+  return (whole - implicit) + kRoundMagic;
+}
+
 template <typename F>
 DETCOLL_FORCE_INLINE void encodeBody(int64_t* __restrict out, const void* __restrict leaf,
                                      const typename F::Key* __restrict keys, size_t begin, size_t n,
@@ -75,18 +93,8 @@ DETCOLL_FORCE_INLINE void encodeBody(int64_t* __restrict out, const void* __rest
   using Bits = typename F::Bits;
   const char* x = static_cast<const char*>(leaf) + sizeof(Bits) * begin;
   auto encode = [&](size_t i) {
-    const uint64_t b = loadAt<Bits>(x, i);
-    const int64_t key = keys[i];
-    const int64_t e = static_cast<int64_t>((b >> F::kM) & F::kSpecial);
-    const int64_t exponent = std::max<int64_t>(e + (e == 0) - key + 45, -60);
-    const uint64_t top =
-        ((b >> (F::kM + F::kE)) << 63) | (static_cast<uint64_t>(exponent + 1023) << 52);
-    const double whole = doubleFromBits(top | ((b & F::kFraction) << (52 - F::kM)));
-    const double implicit = doubleFromBits(top & -static_cast<uint64_t>(e == 0));
-    const double rounded = (whole - implicit) + kRoundMagic;
-    const int64_t usable =
-        -static_cast<int64_t>((key != 0) & (key != static_cast<int64_t>(F::kSpecial)));
-    return (bitsFromDouble(rounded) - kRoundMagicBits) & usable;
+    const double rounded = encodedWithMagic<F>(loadAt<Bits>(x, i), keys[i]);
+    return (bitsFromDouble(rounded) - kRoundMagicBits) & static_cast<int64_t>(usable<F>(keys[i]));
   };
   if (accumulate) {
     for (size_t i = 0; i < n; ++i) out[i] += encode(i);
@@ -291,17 +299,86 @@ DETCOLL_VECTOR_CLONES void roundBFloat16Block(void* out, const uint32_t* keys, c
   round16Body<BFloat16>(out, keys, sums, n, divisor);
 }
 
+// float64's one-process reduction of at most 64 leaves in double arithmetic: keys and encodings
+// as encodeBody's (below 2^46, exact as doubles), summed exactly in a double (below 2^52), and
+// scaled as decodeBody's: one rounding, in the scaling, only where the result is subnormal; an
+// average's quotient there rounds twice, and those elements are left to the exact path.
+DETCOLL_VECTOR_CLONES uint32_t sumFloat64Block(const void* const* x, int k, size_t n,
+                                               uint32_t* __restrict keys, double* __restrict sums) {
+  for (size_t i = 0; i < n; ++i)
+    keys[i] = static_cast<uint32_t>(keyOfBits<Float64>(loadAt<uint64_t>(x[0], i)));
+  for (int l = 1; l < k; ++l) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t key = static_cast<uint32_t>(keyOfBits<Float64>(loadAt<uint64_t>(x[l], i)));
+      keys[i] = key > keys[i] ? key : keys[i];
+    }
+  }
+  uint32_t largest = 0;
+  for (size_t i = 0; i < n; ++i) largest = keys[i] > largest ? keys[i] : largest;
+  for (int l = 0; l < k; ++l) {
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t key = keys[i];
+      const double rounded = encodedWithMagic<Float64>(loadAt<uint64_t>(x[l], i), key);
+      const double encoding = doubleFromBits(
+          static_cast<uint64_t>(bitsFromDouble(rounded - kRoundMagic)) & usable<Float64>(key));
+      sums[i] = l == 0 ? encoding : sums[i] + encoding;
+    }
+  }
+  return largest;
+}
+
+DETCOLL_VECTOR_CLONES void scaleFloat64Block(void* __restrict out, const uint32_t* __restrict keys,
+                                             const double* __restrict sums, size_t n,
+                                             double divisor, uint8_t* __restrict tiny) {
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t key = keys[i];
+    const double d = sums[i] / divisor;
+    const bool low = key < 100;
+    const double first = doubleFromBits(static_cast<uint64_t>(key + (low ? 55 : -45)) << 52);
+    const double second = doubleFromBits(low ? uint64_t{923} << 52 : uint64_t{1023} << 52);
+    const uint64_t bits = static_cast<uint64_t>(bitsFromDouble((d * first) * second));
+    storeAt<uint64_t>(out, i, bits);
+    tiny[i] = static_cast<uint8_t>(((bits & 0x7ff0000000000000u) == 0) & (sums[i] != 0));
+  }
+}
+
 // The codec's result for one element of the leaves, element by element: the exact path.
 uint64_t exactElement(const void* const* leaves, int nleaves, size_t i, DataType type,
                       bool average) {
   const codec::Format f = codec::formatOf(type);
+  auto bits = [&](int l) -> uint64_t {
+    return f.bytes == 8 ? loadAt<uint64_t>(leaves[l], i) : loadAt<uint16_t>(leaves[l], i);
+  };
   uint32_t key = 0;
-  for (int l = 0; l < nleaves; ++l)
-    key = std::max(key, codec::keyOf(loadAt<uint16_t>(leaves[l], i), f));
+  for (int l = 0; l < nleaves; ++l) key = std::max(key, codec::keyOf(bits(l), f));
   int64_t sum = 0;
-  for (int l = 0; l < nleaves; ++l)
-    sum += codec::leafContribution(loadAt<uint16_t>(leaves[l], i), key, f);
+  for (int l = 0; l < nleaves; ++l) sum += codec::leafContribution(bits(l), key, f);
   return codec::decodeElement(sum, key, f, average, nleaves);
+}
+
+bool reduceLocalFloat64(void* out, const void* const* leaves, int nleaves, size_t count,
+                        bool average) {
+  constexpr size_t kBlock = 1024;
+  alignas(64) uint32_t keys[kBlock];
+  alignas(64) double sums[kBlock];
+  alignas(64) uint64_t result[kBlock];
+  alignas(64) uint8_t tiny[kBlock];
+  const double divisor = average ? static_cast<double>(nleaves) : 1.0;
+  std::vector<const void*> at(nleaves);
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t m = std::min(kBlock, count - base);
+    for (int l = 0; l < nleaves; ++l) at[l] = static_cast<const char*>(leaves[l]) + 8 * base;
+    sumFloat64Block(at.data(), nleaves, m, keys, sums);
+    // Into a scratch block first: the exact path reads the leaves, and out may alias one.
+    scaleFloat64Block(result, keys, sums, m, divisor, tiny);
+    for (size_t i = 0; i < m; ++i) {
+      if (keys[i] == 2047 || (average && tiny[i])) {
+        result[i] = exactElement(at.data(), nleaves, i, DataType::kFloat64, average);
+      }
+    }
+    std::memcpy(static_cast<char*>(out) + 8 * base, result, 8 * m);
+  }
+  return true;
 }
 
 DETCOLL_VECTOR_CLONES void foldMaxKeys8(void* out, const void* const* pieces, int p, size_t n) {
@@ -357,10 +434,11 @@ bool reduceLocal(void* out, const void* const* leaves, int nleaves, size_t count
                  ReduceOp op) {
   constexpr int kDoubleLeaves = 64;
   const bool half = type == DataType::kFloat16;
-  if ((!half && type != DataType::kBFloat16) || nleaves > kDoubleLeaves || op == ReduceOp::kMin ||
-      op == ReduceOp::kMax) {
-    return false;
+  if (nleaves > kDoubleLeaves || op == ReduceOp::kMin || op == ReduceOp::kMax) return false;
+  if (type == DataType::kFloat64) {
+    return reduceLocalFloat64(out, leaves, nleaves, count, op == ReduceOp::kAverage && nleaves > 1);
   }
+  if (!half && type != DataType::kBFloat16) return false;
   constexpr size_t kBlock = 1024;
   alignas(64) uint32_t keys[kBlock];
   alignas(64) double sums[kBlock];

@@ -32,8 +32,9 @@ void encode(int64_t* out, const void* leaf, const void* keys, size_t begin, size
 void decode(void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
             DataType type, bool average, int64_t leaves, std::vector<uint32_t>& slow);
 
-// kernels::invariantReduceLocal of float16 or bfloat16 leaves in double arithmetic, where it
-// applies (sum or average of at most 64 leaves): false where it does not, and nothing is written.
+// kernels::invariantReduceLocal of float16, bfloat16 or float64 leaves in double arithmetic, where
+// it applies (sum or average of at most 64 leaves): false where it does not, and nothing is
+// written.
 bool reduceLocal(void* out, const void* const* leaves, int nleaves, size_t count, DataType type,
                  ReduceOp op);
 
