@@ -229,7 +229,8 @@ Status invariantNative(Kernels& k, transport::Exchange& x, const AllreduceOption
   const size_t es = dataTypeSize(o.type);
   const size_t kb = kernels::exponentKeyBytes(o.type);
   const Pieces leaves = k.table(o.leaves, o.nleaves);
-  const size_t chunk = std::max<size_t>(1, o.segmentBytes / sizeof(int64_t)) * x.size();
+  // The library pipelines its own allreduce: a fixed chunk bounds the scratch, whatever P.
+  const size_t chunk = std::max<size_t>(1, 4 * o.segmentBytes / sizeof(int64_t));
   const size_t most = std::min(chunk, o.count);
   char* keys = kb > 0 ? k.template alloc<char>(static_cast<int64_t>(most * kb)) : nullptr;
   int64_t* sums = k.template alloc<int64_t>(static_cast<int64_t>(most));

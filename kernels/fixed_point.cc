@@ -140,7 +140,7 @@ DETCOLL_VECTOR_CLONES void encodeFloat32(int64_t* out, const void* leaf, const u
 // Returns the elements left for the exact path in `slow`.
 DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* pieces, int p,
                                          const uint8_t* keys, size_t n, bool average,
-                                         int64_t leaves, std::vector<uint32_t>& slow) {
+                                         int64_t leaves, std::vector<size_t>& slow) {
   constexpr size_t kBlock = 1024;
   int64_t sums[kBlock];
   uint8_t needsExact[kBlock];
@@ -168,7 +168,7 @@ DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* piece
       std::memcpy(&out[base + i], &resultBits, 4);
     }
     for (size_t i = 0; i < m; ++i) {
-      if (needsExact[i]) slow.push_back(static_cast<uint32_t>(base + i));
+      if (needsExact[i]) slow.push_back(base + i);
     }
   }
 }
@@ -345,14 +345,14 @@ void decodeSums(void* out, const int64_t* const* pieces, int p, const void* keys
     for (int j = 0; j < p; ++j) sum += pieces[j][i];
     storeBits(out, i, f.bytes, codec::decodeElement(sum, loadKey(keys, i, kb), f, average, leaves));
   };
-  std::vector<uint32_t> slow;
+  std::vector<size_t> slow;
   if (type == DataType::kFloat32) {
     decodeFloat32(static_cast<float*>(out), pieces, p, static_cast<const uint8_t*>(keys), n,
                   average, leaves, slow);
   } else {
     formats::decode(out, pieces, p, keys, n, type, average, leaves, slow);
   }
-  for (uint32_t i : slow) exact(i);
+  for (size_t i : slow) exact(i);
 }
 
 void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, size_t count,

@@ -151,7 +151,7 @@ DETCOLL_FORCE_INLINE uint64_t roundDouble(double v) {
 template <typename F, bool average>
 DETCOLL_FORCE_INLINE void decodeBody(void* __restrict out, const int64_t* const* pieces, int p,
                                      const typename F::Key* __restrict keys, size_t n,
-                                     int64_t leaves, std::vector<uint32_t>& slow) {
+                                     int64_t leaves, std::vector<size_t>& slow) {
   using Bits = typename F::Bits;
   constexpr size_t kBlock = 1024;
   alignas(64) int64_t sums[kBlock];
@@ -189,7 +189,7 @@ DETCOLL_FORCE_INLINE void decodeBody(void* __restrict out, const int64_t* const*
       storeAt<Bits>(out, base + i, result);
     }
     for (size_t i = 0; i < m; ++i) {
-      if (needsExact[i]) slow.push_back(static_cast<uint32_t>(base + i));
+      if (needsExact[i]) slow.push_back(base + i);
     }
   }
 }
@@ -218,7 +218,7 @@ DETCOLL_FORCE_INLINE void foldMaxKeysBody(void* out, const void* const* pieces, 
   }                                                                                              \
   DETCOLL_VECTOR_CLONES void decode##F(void* out, const int64_t* const* pieces, int p,           \
                                        const void* keys, size_t n, bool average, int64_t leaves, \
-                                       std::vector<uint32_t>& slow) {                            \
+                                       std::vector<size_t>& slow) {                              \
     if (average) {                                                                               \
       decodeBody<F, true>(out, pieces, p, static_cast<const F::Key*>(keys), n, leaves, slow);    \
     } else {                                                                                     \
@@ -419,7 +419,7 @@ void encode(int64_t* out, const void* leaf, const void* keys, size_t begin, size
 }
 
 void decode(void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
-            DataType type, bool average, int64_t leaves, std::vector<uint32_t>& slow) {
+            DataType type, bool average, int64_t leaves, std::vector<size_t>& slow) {
   switch (type) {
     case DataType::kFloat16:
       return decodeFloat16(out, pieces, p, keys, n, average, leaves, slow);

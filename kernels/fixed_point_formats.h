@@ -30,7 +30,7 @@ void encode(int64_t* out, const void* leaf, const void* keys, size_t begin, size
 // out[i] = the decoded sum of pieces[0..p)[i] (divided by `leaves` for average), for every i
 // whose index is not appended to `slow`; the caller settles those on the exact path.
 void decode(void* out, const int64_t* const* pieces, int p, const void* keys, size_t n,
-            DataType type, bool average, int64_t leaves, std::vector<uint32_t>& slow);
+            DataType type, bool average, int64_t leaves, std::vector<size_t>& slow);
 
 // kernels::invariantReduceLocal of float16, bfloat16 or float64 leaves in double arithmetic, where
 // it applies (sum or average of at most 64 leaves): false where it does not, and nothing is
