@@ -155,8 +155,9 @@ DETCOLL_VECTOR_CLONES void decodeFloat32(float* out, const int64_t* const* piece
       const int64_t t = sums[i];
       const uint64_t key = keys[base + i];
       // |t| < 2^51: exact as a double through the magic constant.
-      const bool small = static_cast<uint64_t>(t + (int64_t{1} << 51)) < (uint64_t{1} << 52);
-      double d = doubleFromBits(static_cast<uint64_t>(t + kRoundMagicBits)) - kRoundMagic;
+      const bool small = static_cast<uint64_t>(t) + (uint64_t{1} << 51) < (uint64_t{1} << 52);
+      // In unsigned arithmetic: a sum past 2^51 (left to the exact path) may not overflow.
+      double d = doubleFromBits(static_cast<uint64_t>(t) + kRoundMagicBits) - kRoundMagic;
       if (average) d = d / divisor;                                   // one rounding to double
       const double v = d * doubleFromBits((1023 + key - 172) << 52);  // exact
       const float result = static_cast<float>(v);                     // one rounding to float

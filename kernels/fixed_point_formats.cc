@@ -166,8 +166,9 @@ DETCOLL_FORCE_INLINE void decodeBody(void* __restrict out, const int64_t* const*
     for (size_t i = 0; i < m; ++i) {
       const int64_t t = sums[i];
       const int64_t key = keys[base + i];
-      const bool small = static_cast<uint64_t>(t + (int64_t{1} << 51)) < (uint64_t{1} << 52);
-      double d = doubleFromBits(static_cast<uint64_t>(t + kRoundMagicBits)) - kRoundMagic;
+      const bool small = static_cast<uint64_t>(t) + (uint64_t{1} << 51) < (uint64_t{1} << 52);
+      // In unsigned arithmetic: a sum past 2^51 (left to the exact path) may not overflow.
+      double d = doubleFromBits(static_cast<uint64_t>(t) + kRoundMagicBits) - kRoundMagic;
       if constexpr (average) d = d / divisor;  // one rounding to double
       uint64_t unsettled = 0;
       Bits result;
