@@ -52,12 +52,15 @@ DETCOLL_FORCE_INLINE void localMaxKeysBody(typename F::Key* keys, const void* co
   using Key = typename F::Key;
   using Bits = typename F::Bits;
   const char* x0 = static_cast<const char*>(leaves[0]) + sizeof(Bits) * begin;
-  for (size_t i = 0; i < n; ++i) keys[i] = static_cast<Key>(keyOfBits<F>(loadAt<Bits>(x0, i)));
+  // Keys through bytes: a caller's 2-byte keys may start at any address (kernels/unaligned.h).
+  for (size_t i = 0; i < n; ++i)
+    storeAt<Key>(keys, i, static_cast<Key>(keyOfBits<F>(loadAt<Bits>(x0, i))));
   for (int l = 1; l < nleaves; ++l) {
     const char* x = static_cast<const char*>(leaves[l]) + sizeof(Bits) * begin;
     for (size_t i = 0; i < n; ++i) {
       const Key k = static_cast<Key>(keyOfBits<F>(loadAt<Bits>(x, i)));
-      keys[i] = k > keys[i] ? k : keys[i];
+      const Key was = loadAt<Key>(keys, i);
+      storeAt<Key>(keys, i, k > was ? k : was);
     }
   }
 }
@@ -93,8 +96,9 @@ DETCOLL_FORCE_INLINE void encodeBody(int64_t* __restrict out, const void* __rest
   using Bits = typename F::Bits;
   const char* x = static_cast<const char*>(leaf) + sizeof(Bits) * begin;
   auto encode = [&](size_t i) {
-    const double rounded = encodedWithMagic<F>(loadAt<Bits>(x, i), keys[i]);
-    return (bitsFromDouble(rounded) - kRoundMagicBits) & static_cast<int64_t>(usable<F>(keys[i]));
+    const int64_t key = loadAt<typename F::Key>(keys, i);
+    const double rounded = encodedWithMagic<F>(loadAt<Bits>(x, i), key);
+    return (bitsFromDouble(rounded) - kRoundMagicBits) & static_cast<int64_t>(usable<F>(key));
   };
   if (accumulate) {
     for (size_t i = 0; i < n; ++i) out[i] += encode(i);
@@ -165,7 +169,7 @@ DETCOLL_FORCE_INLINE void decodeBody(void* __restrict out, const int64_t* const*
     }
     for (size_t i = 0; i < m; ++i) {
       const int64_t t = sums[i];
-      const int64_t key = keys[base + i];
+      const int64_t key = loadAt<typename F::Key>(keys, base + i);
       const bool small = static_cast<uint64_t>(t) + (uint64_t{1} << 51) < (uint64_t{1} << 52);
       // In unsigned arithmetic: a sum past 2^51 (left to the exact path) may not overflow.
       double d = doubleFromBits(static_cast<uint64_t>(t) + kRoundMagicBits) - kRoundMagic;
