@@ -27,8 +27,8 @@ done
 # lib/lib<name>.so*; nothing otherwise.
 python_package() {
   local pkg
-  pkg=$(python3 -c "import nvidia.$1, os; print(os.path.dirname(nvidia.$1.__file__))" \
-    2>/dev/null) || return 0
+  # nvidia.<name> may be a namespace package (no __file__): its first directory.
+  pkg=$(python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null) || return 0
   if [ -f "$pkg/include/$2" ] && compgen -G "$pkg/lib/lib$1.so*" >/dev/null; then echo "$pkg"; fi
 }
 
@@ -80,6 +80,7 @@ nvcc=("$cuda/bin/nvcc" -std=c++17 -O2 -x cu
 core=(common/status.cc common/dtype.cc kernels/ops/segment.cc kernels/ops/scatter.cc
   kernels/ops/axis_sums.cc kernels/ops/resample.cc kernels/ops/op_checks.cc kernels/ops/device.cu
   kernels/fold.cc kernels/fixed_point.cc kernels/host_reduce_kernels.cc kernels/reduce_device.cu
+  kernels/convert16.cc kernels/fixed_point_formats.cc
   collective/device_allreduce.cu collective/allreduce.cc collective/comm_exchange.cc
   collective/ring_allreduce.cc collective/transport/communicator.cc
   collective/transport/thread_communicator.cc "${nccl_sources[@]}")
@@ -87,6 +88,10 @@ tests=(tests/support/reference.cc tests/gpu/ops_gpu_test.cc tests/gpu/reduce_gpu
   tests/gpu/allreduce_gpu_test.cc "${cudnn_sources[@]}" "$gtest/src/gtest-all.cc"
   "$gtest/src/gtest_main.cc")
 benches=(tests/bench/ops_gpu_perf.cu tests/bench/reduce_gpu_perf.cu)
+# Host-only sources with runtime-dispatched vector clones (kernels/simd.h): the host compiler's,
+# with CMakeLists.txt's numeric flags, since nvcc's front end does not take target_clones.
+host_only=(kernels/convert16.cc kernels/fixed_point_formats.cc)
+cxx=("${CXX:-c++}" -std=c++17 -O3 -ffp-contract=off -fno-fast-math -I.)
 
 # CMake generates common/config.h; where a compiled source (or a header of the repository)
 # includes it, write the same defines for this build: CUDA on, NCCL and cuDNN as found here.
@@ -119,8 +124,9 @@ compile() {
   case " ${nccl_sources[*]} " in *" $1 "*) extra=(-I"$nccl_include") ;; esac
   # googletest's registration variables are "declared but never referenced" for nvcc.
   case "$1" in tests/gpu/* | "$gtest"/*) extra+=(-diag-suppress=177) ;; esac
-  if ! "${nvcc[@]}" "${extra[@]}" "${nccl_defs[@]}" -c "$1" -o "$(object "$1")" \
-    >"$(object "$1").log" 2>&1; then
+  local compiler=("${nvcc[@]}" "${extra[@]}" "${nccl_defs[@]}")
+  case " ${host_only[*]} " in *" $1 "*) compiler=("${cxx[@]}" -I"$build/include") ;; esac
+  if ! "${compiler[@]}" -c "$1" -o "$(object "$1")" >"$(object "$1").log" 2>&1; then
     echo "$1" >>"$build/failed"
   fi
 }
