@@ -335,6 +335,17 @@ void Engine::run() {
   }
 }
 
+DeviceBatches& Engine::deviceBatches() {
+  if (!device_) {
+    DeviceBatches::Options o;
+    o.gpuTransport = options_.gpuTransport;
+    o.segmentBytes = options_.segmentBytes;
+    o.invariantTransport = options_.invariantTransport;
+    device_ = std::make_unique<DeviceBatches>(comm_, o);
+  }
+  return *device_;
+}
+
 Status Engine::allreduce(Communicator& comm, const Descriptor& d, const void* const* send,
                          void* recv, size_t count) {
   collective::AllreduceOptions o;
@@ -355,10 +366,12 @@ void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThreshol
   plan.directBytes = options_.directBytes;
   for (const Batch& batch : planBatches(ready, plan)) {
     // The collective trace (docs/design.md, "The debugger"): in-place requests overwrite inputs.
+    // Device batches are not fingerprinted: that would read device memory from the host.
+    const bool fingerprinted = options_.trace && !batch.requests[0]->descriptor().device;
     std::vector<TraceRecord> traced =
-        options_.trace ? traceInputs(batch) : std::vector<TraceRecord>();
+        fingerprinted ? traceInputs(batch) : std::vector<TraceRecord>();
     const Status status = runBatch(batch);
-    if (options_.trace) traceOutputs(batch, std::move(traced), status);
+    if (fingerprinted) traceOutputs(batch, std::move(traced), status);
     if (status.code() != StatusCode::kTimeout) {
       finish(batch.requests, status);
       continue;
@@ -386,6 +399,20 @@ Status Engine::runBatch(const Batch& batch) {
                             std::to_string(d.processSet) + ", which it is not a member of");
   }
   Status status;
+  if (d.device) {
+    status = deviceBatches().run(batch);
+    if (timeline_.active()) {
+      const std::string detail =
+          "on a CUDA device" + (batch.requests.size() > 1
+                                    ? ", fused with " + std::to_string(batch.requests.size() - 1) +
+                                          " others, " + kibibytes(batch.bytes)
+                                    : ", " + kibibytes(d.bytes()));
+      for (const RequestPtr& request : batch.requests) {
+        timeline_.phase(request->name(), "DEVICE_QUEUED", begin, Clock::now(), detail);
+      }
+    }
+    return status;
+  }
   if (d.kind == RequestKind::kJoin) {
     // Every rank has joined: the join returns the last of them, and this rank trains again.
     *static_cast<int32_t*>(spec.recv) = lastJoined_;

@@ -37,6 +37,7 @@
 #include "collective/settings.h"
 #include "collective/transport/communicator.h"
 #include "fusion/coordinator.h"
+#include "fusion/device_batches.h"
 #include "fusion/planner.h"
 #include "fusion/request.h"
 #include "fusion/response_cache.h"
@@ -55,6 +56,8 @@ struct EngineOptions {
   size_t segmentBytes = 1 << 20;      // of the allreduce's schedule (collective/pipeline.h)
   // DETCOLL_INVARIANT_TRANSPORT, for the batches in invariant mode.
   collective::InvariantTransport invariantTransport = collective::InvariantTransport::kAuto;
+  // DETCOLL_GPU_TRANSPORT, for requests on device memory (device_batches.h).
+  collective::GpuTransport gpuTransport = collective::GpuTransport::kAuto;
   // The collective trace's directory (DETCOLL_TRACE; empty: none), which the C API opens; the
   // engine appends its requests' records to `trace` (null: no trace).
   std::string traceDir;
@@ -139,6 +142,8 @@ class Engine {
   // The communicator a request of set `id` runs on, or null when this rank is not a member.
   collective::transport::Communicator* communicatorOf(uint32_t id);
   Status runBatch(const Batch& batch);
+  // The device side, made at the first request on device memory.
+  DeviceBatches& deviceBatches();
   // The allreduce of d's mode, dtype and op over `count` elements of one leaf per rank.
   Status allreduce(collective::transport::Communicator& comm, const Descriptor& d,
                    const void* const* send, void* recv, size_t count);
@@ -184,6 +189,7 @@ class Engine {
   ResponseCache cache_;
   std::unordered_map<std::string, RequestPtr> pending_;  // announced, not yet answered
   std::vector<char> fusionBuffer_;
+  std::unique_ptr<DeviceBatches> device_;
 };
 
 }  // namespace detcoll::fusion

@@ -70,10 +70,18 @@ bool Engine::stand(const std::string& name, const Descriptor& d, std::vector<Req
   RequestSpec spec;
   spec.name = name;
   spec.descriptor = d;
-  spec.owned = std::make_shared<std::vector<char>>(d.bytes(), 0);
-  spec.send = spec.owned->data();
-  spec.recv = spec.owned->data();
   spec.checked = true;
+  if (d.device) {
+    // Device zeros (fusion/device_batches.h); `owned` stays the mark of a stand-in. A failure
+    // here leaves the buffers null, and the batch's agreement fails it on every rank.
+    spec.owned = std::make_shared<std::vector<char>>();
+    void* sink = nullptr;
+    if (deviceBatches().joinedBuffers(d.bytes(), &spec.send, &sink).isOk()) spec.recv = sink;
+  } else {
+    spec.owned = std::make_shared<std::vector<char>>(d.bytes(), 0);
+    spec.send = spec.owned->data();
+    spec.recv = spec.owned->data();
+  }
   ready->push_back(std::make_shared<Request>(std::move(spec), nullptr));
   return true;
 }

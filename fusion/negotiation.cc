@@ -38,6 +38,7 @@ void putDescriptor(ByteWriter& w, const Descriptor& d) {
   w.put<uint32_t>(static_cast<uint32_t>(d.blocks.size()));
   for (uint64_t block : d.blocks) w.put(block);
   w.put(d.processSet);
+  w.put<uint8_t>(d.device ? 1 : 0);
 }
 
 // n values of T, each read from the bytes left (a count beyond them is garbage).
@@ -58,6 +59,9 @@ bool getDescriptor(ByteReader& r, Descriptor* d) {
         getList(r, &d->shape) && getList(r, &d->blocks) && r.get(&d->processSet))) {
     return false;
   }
+  uint8_t device = 0;
+  if (!r.get(&device) || device > 1) return false;
+  d->device = device == 1;
   const auto kind = static_cast<int>(d->kind);
   const bool shaped = d->ndim < 0 ? d->shape.empty() : d->shape.size() == size_t(d->ndim);
   return shaped && kind >= static_cast<int>(RequestKind::kAllreduce) &&

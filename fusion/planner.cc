@@ -7,8 +7,8 @@ namespace detcoll::fusion {
 
 std::vector<Batch> planBatches(const std::vector<RequestPtr>& ready, const PlanOptions& options) {
   std::vector<Batch> batches;
-  // The open batch of each (dtype, op, mode), by index into batches.
-  std::map<std::tuple<DataType, ReduceOp, Mode, uint32_t>, size_t> open;
+  // The open batch of each (dtype, op, mode, set, memory), by index into batches.
+  std::map<std::tuple<DataType, ReduceOp, Mode, uint32_t, bool>, size_t> open;
   for (const RequestPtr& request : ready) {
     const Descriptor& d = request->descriptor();
     const size_t bytes = d.bytes();
@@ -19,7 +19,7 @@ std::vector<Batch> planBatches(const std::vector<RequestPtr>& ready, const PlanO
       batches.push_back({{request}, false, bytes});
       continue;
     }
-    const auto key = std::make_tuple(d.type, d.op, d.mode, d.processSet);
+    const auto key = std::make_tuple(d.type, d.op, d.mode, d.processSet, d.device);
     auto it = open.find(key);
     if (it == open.end() || batches[it->second].bytes + bytes > options.fusionThresholdBytes) {
       batches.push_back({{}, false, 0});

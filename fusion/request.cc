@@ -53,6 +53,7 @@ std::string describe(const Descriptor& d) {
   }
   if (d.kind == RequestKind::kBroadcast) text += " root " + std::to_string(d.root);
   if (d.processSet != 0) text += " in process set " + std::to_string(d.processSet);
+  if (d.device) text += " on a CUDA device";
   if (d.groupSize > 1) text += " in a group of " + std::to_string(d.groupSize);
   return text;
 }

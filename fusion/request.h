@@ -20,6 +20,8 @@
 
 namespace detcoll::fusion {
 
+class DeviceMarks;  // device_batches.h
+
 enum class RequestKind : uint8_t {
   kAllreduce = 1,
   kBroadcast = 2,
@@ -56,11 +58,14 @@ struct Descriptor {
   // The process set the request runs in: 0 is every rank; others are registered with
   // Engine::addProcessSet. Ranks, roots and blocks are the set's (its members in rank order).
   uint32_t processSet = 0;
+  // The buffers are CUDA device memory (fusion/device_batches.h); ranks must agree on it.
+  bool device = false;
 
   bool operator==(const Descriptor& o) const {
     return kind == o.kind && type == o.type && op == o.op && mode == o.mode && root == o.root &&
            count == o.count && groupKey == o.groupKey && groupSize == o.groupSize &&
-           ndim == o.ndim && shape == o.shape && blocks == o.blocks && processSet == o.processSet;
+           ndim == o.ndim && shape == o.shape && blocks == o.blocks && processSet == o.processSet &&
+           device == o.device;
   }
   bool operator!=(const Descriptor& o) const { return !(*this == o); }
   // Bytes of the buffer a rank sends.
@@ -83,6 +88,8 @@ struct RequestSpec {
   std::vector<uint64_t> recvCounts;  // alltoall: elements from each rank
   // Memory the request owns (the zeros a joined rank contributes), kept until it completes.
   std::shared_ptr<std::vector<char>> owned;
+  // A device request's stream order (descriptor.device; none for a joined rank's stand-in).
+  std::shared_ptr<DeviceMarks> marks;
   // A local check's failure (the binding's, or the engine's at enqueue): the request is still
   // negotiated, so that it fails on every rank.
   std::string localError;

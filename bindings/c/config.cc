@@ -11,6 +11,7 @@ Status loadConfig(const EnvLookup& lookup, Config* config) {
   DETCOLL_RETURN_IF_ERROR(collective::loadSettings(env, &result.collective));
   DETCOLL_RETURN_IF_ERROR(fusion::loadEngineSettings(env, &result.engine));
   result.engine.invariantTransport = result.collective.invariantTransport;
+  result.engine.gpuTransport = result.collective.gpuTransport;
   DETCOLL_RETURN_IF_ERROR(loadLogLevel(env, &result.logLevel));
   DETCOLL_RETURN_IF_ERROR(kernels::rng::loadRootSeed(env, &result.seed));
   result.setVariables = env.setVariables();

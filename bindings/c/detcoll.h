@@ -88,12 +88,22 @@ DETCOLL_API detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbu
  * one device, and every rank passes the same kind. They travel over NCCL (ncclSend/ncclRecv
  * groups for ordered and invariant, ncclAllReduce for native) when detcoll was built with it,
  * else staged through host memory over MPI; DETCOLL_GPU_TRANSPORT=auto|nccl|mpi chooses. The
- * first device call fixes the device. Asynchronous requests take host memory only.
+ * first device call fixes the device. Asynchronous requests take device memory too (process set 0
+ * only): the fusion engine packs them into a device fusion buffer, with the same bits.
  *
- * detcoll_set_cuda_stream: the cudaStream_t later device calls run on. They are enqueued after
- * the work already on it and return without waiting, as NCCL calls do (over MPI they wait).
- * NULL, the default: detcoll's own stream, and each call returns when its result is in place. */
+ * detcoll_set_cuda_stream: the calling thread's cudaStream_t (per thread, like a framework's
+ * current stream), for its later device calls. A blocking call is enqueued on it after the work
+ * already there and returns without waiting, as NCCL calls do (over MPI it waits); NULL, the
+ * default: detcoll's own stream, and the call returns when its result is in place. An
+ * asynchronous request on device memory starts after the work on the stream at enqueue (NULL:
+ * the legacy default stream), and detcoll_wait makes the stream set at the wait wait for the
+ * result without the host waiting (NULL: the host waits for it); detcoll_poll reports the
+ * engine's side done, its device work queued. Needs no init. */
 DETCOLL_API detcoll_status_t detcoll_set_cuda_stream(void* stream);
+/* What this build has: 1 when it takes CUDA device memory, else 0; NCCL's version code
+ * (NCCL_VERSION_CODE, e.g. 22807) when it was built with NCCL, else 0. Need no init. */
+DETCOLL_API int detcoll_built_with_cuda(void);
+DETCOLL_API int detcoll_nccl_version(void);
 
 /* Thread-local text of the last failure in this thread; "" if none. */
 DETCOLL_API const char* detcoll_last_error(void);
@@ -257,8 +267,9 @@ DETCOLL_API detcoll_status_t detcoll_rng_derive_checked(const detcoll_rng_key_t*
  * 1 (1 with probability ceil(p 2^32) / 2^32) in any dtype; randint fills int32 (n <= 2^31) or
  * int64 (n <= 2^63) with values in [0, n), no modulo bias, elements below 2^48. out must be
  * aligned to the dtype; normal values beyond its range are +-inf. The formulas are in the
- * README. In a CUDA build, device memory is filled on the device (same bits), on the
- * default stream, before the call returns. Need no init. */
+ * README. In a CUDA build, device memory is filled on the device (same bits): on the calling
+ * thread's stream (detcoll_set_cuda_stream) without waiting, or, with none set, on the legacy
+ * default stream before the call returns. Need no init. */
 DETCOLL_API detcoll_status_t detcoll_rng_uniform(const detcoll_rng_key_t* key, uint64_t offset,
                                                  void* out, size_t count, detcoll_dtype_t dtype);
 DETCOLL_API detcoll_status_t detcoll_rng_normal(const detcoll_rng_key_t* key, uint64_t offset,

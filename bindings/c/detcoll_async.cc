@@ -124,14 +124,23 @@ fusion::RequestSpec makeSpec(fusion::RequestKind kind, const void* send, void* r
   if (reduces && isValidReduceOp(op)) {
     d.op = static_cast<ReduceOp>(op);
   }
-  // The fusion engine packs host buffers; device buffers take the blocking calls.
-  const char* why =
-      "asynchronous requests take host memory; detcoll_allreduce, detcoll_broadcast and "
-      "detcoll_allgather take device memory";
-  Status memory = checkHostMemory(send, "sendbuf", why);
+  // Host memory, or memory of one CUDA device (fusion/device_batches.h): the device request's
+  // work starts after the work on the calling thread's stream (detcoll_set_cuda_stream).
+  BufferPlace place;
+  Status memory = place.add(send, "sendbuf");
   if (memory.isOk()) {
-    memory =
-        checkHostMemory(recv, kind == fusion::RequestKind::kBroadcast ? "buf" : "recvbuf", why);
+    memory = place.add(recv, kind == fusion::RequestKind::kBroadcast ? "buf" : "recvbuf");
+  }
+  if (memory.isOk() && place.device() >= 0) {
+    d.device = true;
+    if (placement.set != 0) {
+      memory = Status::invalidArgument(
+          "device memory runs in process set 0 (every rank) only; this request is in process "
+          "set " +
+          std::to_string(placement.set));
+    } else {
+      memory = fusion::DeviceMarks::make(place.device(), callingThreadCudaStream(), &spec.marks);
+    }
   }
   if (!memory.isOk() && spec.localError.empty()) spec.localError = memory.message();
   return spec;
@@ -319,7 +328,10 @@ detcoll_status_t detcoll_poll(detcoll_handle_t handle, int* done) {
 
 detcoll_status_t detcoll_wait(detcoll_handle_t handle) {
   if (handle == nullptr) return finish(Status::invalidArgument("detcoll_wait: handle is null"));
-  const Status status = handle->request->wait();
+  Status status = handle->request->wait();
+  // A device request: the calling thread's stream waits for its result (or the host, with none).
+  const auto& marks = handle->request->spec().marks;
+  if (status.isOk() && marks) status = marks->waitFor(callingThreadCudaStream());
   delete handle;
   return finish(status);
 }

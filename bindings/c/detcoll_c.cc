@@ -22,6 +22,9 @@
 #if DETCOLL_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#if DETCOLL_WITH_NCCL
+#include <nccl.h>
+#endif
 
 namespace detcoll::bindings::c {
 
@@ -40,6 +43,7 @@ bool g_finalized = false;  // detcoll_finalize ran, and detcoll_init has not run
 std::optional<Mode> g_modeOverride;
 thread_local std::string t_lastError;
 thread_local std::string t_rejection;  // detcoll_reject_next_call's reason, until a call takes it
+thread_local void* t_cudaStream = nullptr;  // detcoll_set_cuda_stream's
 }  // namespace
 
 Status takeRejection() {
@@ -73,6 +77,7 @@ Status callingThreadMayPairByOrder(const char* call) {
 Status enterBlockingCall(const char* call) {
   if (!g_runtime) return notInitialized(call);
   DETCOLL_RETURN_IF_ERROR(callingThreadMayPairByOrder(call));
+  g_runtime->collectives->setCudaStream(t_cudaStream);
   // A peer the engine found silent is as silent to the blocking calls: they fail at once, and the
   // other ranks hear it, instead of each waiting the limit again. (A stall, after which every
   // rank still answers, leaves the blocking calls working.)
@@ -81,6 +86,10 @@ Status enterBlockingCall(const char* call) {
     if (!failed.isOk()) g_runtime->comm->abandon(failed);
   }
   return Status::ok();
+}
+
+void* callingThreadCudaStream() {
+  return t_cudaStream;
 }
 
 Status leaveBlockingCall(const Status& status) {
@@ -451,16 +460,27 @@ detcoll_status_t detcoll_allgather(const void* sendbuf, void* recvbuf, size_t co
 }
 
 detcoll_status_t detcoll_set_cuda_stream(void* stream) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_runtime) return finish(notInitialized("detcoll_set_cuda_stream"));
+  // The calling thread's own setting: no runtime needed (the fills take it before init).
 #if !DETCOLL_WITH_CUDA
   if (stream != nullptr) {
     return finish(Status::invalidArgument(
         "detcoll_set_cuda_stream: this build of detcoll has no CUDA, so no stream to run on"));
   }
 #endif
-  g_runtime->collectives->setCudaStream(stream);
+  t_cudaStream = stream;
   return DETCOLL_SUCCESS;
+}
+
+int detcoll_built_with_cuda(void) {
+  return DETCOLL_WITH_CUDA ? 1 : 0;
+}
+
+int detcoll_nccl_version(void) {
+#if DETCOLL_WITH_NCCL
+  return NCCL_VERSION_CODE;
+#else
+  return 0;
+#endif
 }
 
 const char* detcoll_last_error(void) {

@@ -1,5 +1,7 @@
-// The C API of the deterministic ops (kernels/ops/): host memory. Device pointers are refused with
-// a clear error; the CUDA versions are C++ (kernels/ops/device.h).
+// The C API of the deterministic ops (kernels/ops/): on host memory with the CPU reference, on the
+// memory of one CUDA device with the device kernels (kernels/ops/device.h), the same bits, on the
+// calling thread's stream (detcoll_set_cuda_stream) or, with none set, the legacy default stream,
+// waited for. A call's buffers are all of one kind, or the first that differs is named.
 
 #include <atomic>
 #include <string>
@@ -7,25 +9,68 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
+#include "common/config.h"
 #include "kernels/ops/axis_sums.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
+
+#if DETCOLL_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/ops/device.h"
+#endif
 
 namespace detcoll::bindings::c {
 namespace {
 
 std::atomic<int> g_opsThreads{0};
 
-// Checks that every buffer is host memory; the first one that is not is named.
-Status hostBuffers(const char* op, std::initializer_list<std::pair<const void*, const char*>> all) {
+// Where an op's buffers live: *device = -1 for host memory, else the CUDA device holding them all.
+Status placeOf(const char* op, std::initializer_list<std::pair<const void*, const char*>> all,
+               int* device) {
+  BufferPlace place;
   for (const auto& [pointer, what] : all) {
-    DETCOLL_RETURN_IF_ERROR(
-        checkHostMemory(pointer, what,
-                        "the C API runs the ops on host memory (kernels/ops/device.h runs them on "
-                        "a device)")
-            .prefixed(op));
+    DETCOLL_RETURN_IF_ERROR(place.add(pointer, what).prefixed(op));
   }
+  *device = place.device();
   return Status::ok();
+}
+
+// The device kernel (`call`, naming the stream `stream`) or, without CUDA, an internal error: no
+// buffer is device memory in such a build.
+#if DETCOLL_WITH_CUDA
+#define DETCOLL_ON_DEVICE(...) \
+  [&](void* stream) -> Status { return kernels::ops::device::__VA_ARGS__; }
+#else
+#define DETCOLL_ON_DEVICE(...) \
+  [&](void*) -> Status { return Status::internal("device memory in a build without CUDA"); }
+#endif
+
+// onHost() for host memory; onDevice(stream) on `device`, on the calling thread's stream, or on
+// the legacy default stream, waited for, when none is set.
+template <typename Device, typename Host>
+Status run(const char* op, int device, Device onDevice, Host onHost) {
+  if (device < 0) return onHost();
+#if DETCOLL_WITH_CUDA
+  int current = 0;
+  cudaGetDevice(&current);
+  cudaError_t error = cudaSetDevice(device);
+  Status status;
+  if (error == cudaSuccess) {
+    void* stream = callingThreadCudaStream();
+    status = onDevice(stream);
+    if (status.isOk() && stream == nullptr) error = cudaStreamSynchronize(nullptr);
+    cudaSetDevice(current);
+  }
+  if (status.isOk() && error != cudaSuccess) {
+    (void)cudaGetLastError();
+    status = Status::backend(std::string(op) + ": CUDA: " + cudaGetErrorString(error));
+  }
+  return status;
+#else
+  (void)op;
+  return onDevice(nullptr);
+#endif
 }
 
 Status shapeOf(const char* op, const char* what, const int64_t* dims, int ndim,
@@ -86,15 +131,21 @@ detcoll_status_t detcoll_scatter_add(void* self, const int64_t* self_shape, int 
                                      const int64_t* index_shape, const void* src,
                                      const int64_t* src_shape) {
   const char* op = "scatter_add";
+  int device = -1;
   kernels::ops::Shape s, i, r;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "self", self_shape, ndim, &s);
   if (status.isOk()) status = shapeOf(op, "index", index_shape, ndim, &i);
   if (status.isOk()) status = shapeOf(op, "src", src_shape, ndim, &r);
-  if (status.isOk()) status = hostBuffers(op, {{self, "self"}, {index, "index"}, {src, "src"}});
   if (status.isOk())
-    status = kernels::ops::scatterAdd(self, s, type, dim, index, i, src, r, g_opsThreads);
+    status = placeOf(op, {{self, "self"}, {index, "index"}, {src, "src"}}, &device);
+  if (status.isOk())
+    status =
+        run(op, device, DETCOLL_ON_DEVICE(scatterAdd(self, s, type, dim, index, i, src, r, stream)),
+            [&] {
+              return kernels::ops::scatterAdd(self, s, type, dim, index, i, src, r, g_opsThreads);
+            });
   return finish(status);
 }
 
@@ -103,17 +154,23 @@ detcoll_status_t detcoll_index_add(void* self, const int64_t* self_shape, int nd
                                    int64_t index_count, const void* source,
                                    const int64_t* source_shape, double alpha) {
   const char* op = "index_add";
+  int device = -1;
   kernels::ops::Shape s, r;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "self", self_shape, ndim, &s);
   if (status.isOk()) status = shapeOf(op, "source", source_shape, ndim, &r);
   if (status.isOk()) {
-    status = hostBuffers(op, {{self, "self"}, {index, "index"}, {source, "source"}});
+    status = placeOf(op, {{self, "self"}, {index, "index"}, {source, "source"}}, &device);
   }
   if (status.isOk()) {
-    status = kernels::ops::indexAdd(self, s, type, dim, index, index_count, source, r, alpha,
-                                    g_opsThreads);
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(
+                     indexAdd(self, s, type, dim, index, index_count, source, r, alpha, stream)),
+                 [&] {
+                   return kernels::ops::indexAdd(self, s, type, dim, index, index_count, source, r,
+                                                 alpha, g_opsThreads);
+                 });
   }
   return finish(status);
 }
@@ -123,16 +180,22 @@ detcoll_status_t detcoll_unsorted_segment_reduce(void* out, int64_t segments, de
                                                  int ndim, const int64_t* segment_ids, int id_dims,
                                                  int mean) {
   const char* op = mean ? "unsorted_segment_mean" : "unsorted_segment_sum";
+  int device = -1;
   kernels::ops::Shape d;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "data", data_shape, ndim, &d);
   if (status.isOk()) {
-    status = hostBuffers(op, {{out, "out"}, {data, "data"}, {segment_ids, "segment_ids"}});
+    status = placeOf(op, {{out, "out"}, {data, "data"}, {segment_ids, "segment_ids"}}, &device);
   }
   if (status.isOk()) {
-    status = kernels::ops::unsortedSegmentReduce(out, segments, type, data, d, segment_ids, id_dims,
-                                                 mean != 0, g_opsThreads);
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(unsortedSegmentReduce(out, segments, type, data, d, segment_ids,
+                                                         id_dims, mean != 0, stream)),
+                 [&] {
+                   return kernels::ops::unsortedSegmentReduce(
+                       out, segments, type, data, d, segment_ids, id_dims, mean != 0, g_opsThreads);
+                 });
   }
   return finish(status);
 }
@@ -142,16 +205,24 @@ detcoll_status_t detcoll_embedding_backward(void* grad_weight, int64_t num_weigh
                                             int64_t count, int64_t dim, const int64_t* indices,
                                             int64_t padding_idx, int scale_grad_by_freq) {
   const char* op = "embedding_backward";
+  int device = -1;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) {
-    status = hostBuffers(
-        op, {{grad_weight, "grad_weight"}, {grad_output, "grad_output"}, {indices, "indices"}});
+    status = placeOf(
+        op, {{grad_weight, "grad_weight"}, {grad_output, "grad_output"}, {indices, "indices"}},
+        &device);
   }
   if (status.isOk()) {
-    status = kernels::ops::embeddingBackward(grad_weight, num_weights, type, grad_output, count,
-                                             dim, indices, padding_idx, scale_grad_by_freq != 0,
-                                             g_opsThreads);
+    status = run(
+        op, device,
+        DETCOLL_ON_DEVICE(embeddingBackward(grad_weight, num_weights, type, grad_output, count, dim,
+                                            indices, padding_idx, scale_grad_by_freq != 0, stream)),
+        [&] {
+          return kernels::ops::embeddingBackward(grad_weight, num_weights, type, grad_output, count,
+                                                 dim, indices, padding_idx, scale_grad_by_freq != 0,
+                                                 g_opsThreads);
+        });
   }
   return finish(status);
 }
@@ -163,19 +234,28 @@ detcoll_status_t detcoll_embedding_bag_backward(void* grad_weight, int64_t num_w
                                                 const void* per_sample_weights,
                                                 int64_t padding_idx) {
   const char* op = "embedding_bag_backward";
+  int device = -1;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) {
-    status = hostBuffers(op, {{grad_weight, "grad_weight"},
-                              {grad_output, "grad_output"},
-                              {indices, "indices"},
-                              {offsets, "offsets"},
-                              {per_sample_weights, "per_sample_weights"}});
+    status = placeOf(op,
+                     {{grad_weight, "grad_weight"},
+                      {grad_output, "grad_output"},
+                      {indices, "indices"},
+                      {offsets, "offsets"},
+                      {per_sample_weights, "per_sample_weights"}},
+                     &device);
   }
   if (status.isOk()) {
-    status = kernels::ops::embeddingBagBackward(grad_weight, num_weights, type, grad_output, bags,
-                                                dim, indices, count, offsets, mean != 0,
-                                                per_sample_weights, padding_idx, g_opsThreads);
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(embeddingBagBackward(
+                     grad_weight, num_weights, type, grad_output, bags, dim, indices, count,
+                     offsets, mean != 0, per_sample_weights, padding_idx, stream)),
+                 [&] {
+                   return kernels::ops::embeddingBagBackward(
+                       grad_weight, num_weights, type, grad_output, bags, dim, indices, count,
+                       offsets, mean != 0, per_sample_weights, padding_idx, g_opsThreads);
+                 });
   }
   return finish(status);
 }
@@ -184,14 +264,20 @@ detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_
                                   const int64_t* input, int64_t count, const void* weights,
                                   int64_t minlength) {
   const char* op = "bincount";
+  int device = -1;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) {
-    status = hostBuffers(op, {{out, "out"}, {input, "input"}, {weights, "weights"}});
+    status = placeOf(op, {{out, "out"}, {input, "input"}, {weights, "weights"}}, &device);
   }
   if (status.isOk()) {
-    status = kernels::ops::bincount(out, out_length, type, input, count, weights, minlength,
-                                    g_opsThreads);
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(
+                     bincount(out, out_length, type, input, count, weights, minlength, stream)),
+                 [&] {
+                   return kernels::ops::bincount(out, out_length, type, input, count, weights,
+                                                 minlength, g_opsThreads);
+                 });
   }
   return finish(status);
 }
@@ -200,6 +286,7 @@ detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int
                                        detcoll_dtype_t dtype, const int* axes, int naxes,
                                        void* out) {
   const char* op = "sum";
+  int device = -1;
   kernels::ops::Shape s;
   DataType type;
   Status status = typeOf(op, dtype, &type);
@@ -207,10 +294,15 @@ detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int
   if (status.isOk() && (naxes < 0 || (naxes > 0 && axes == nullptr))) {
     status = Status::invalidArgument("sum: axes is null or naxes negative");
   }
-  if (status.isOk()) status = hostBuffers(op, {{in, "in"}, {out, "out"}});
+  if (status.isOk()) status = placeOf(op, {{in, "in"}, {out, "out"}}, &device);
   if (status.isOk()) {
-    status = kernels::ops::sumOverAxes(in, s, type, std::vector<int>(axes, axes + naxes), out,
-                                       g_opsThreads);
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(
+                     sumOverAxes(in, s, type, std::vector<int>(axes, axes + naxes), out, stream)),
+                 [&] {
+                   return kernels::ops::sumOverAxes(
+                       in, s, type, std::vector<int>(axes, axes + naxes), out, g_opsThreads);
+                 });
   }
   return finish(status);
 }
@@ -218,13 +310,18 @@ detcoll_status_t detcoll_sum_over_axes(const void* in, const int64_t* shape, int
 detcoll_status_t detcoll_bias_add_grad(const void* grad, const int64_t* shape, int ndim,
                                        detcoll_dtype_t dtype, int channels_first, void* out) {
   const char* op = "bias_add_grad";
+  int device = -1;
   kernels::ops::Shape s;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = shapeOf(op, "grad", shape, ndim, &s);
-  if (status.isOk()) status = hostBuffers(op, {{grad, "grad"}, {out, "out"}});
+  if (status.isOk()) status = placeOf(op, {{grad, "grad"}, {out, "out"}}, &device);
   if (status.isOk()) {
-    status = kernels::ops::biasAddGrad(grad, s, type, channels_first != 0, out, g_opsThreads);
+    status = run(
+        op, device, DETCOLL_ON_DEVICE(biasAddGrad(grad, s, type, channels_first != 0, out, stream)),
+        [&] {
+          return kernels::ops::biasAddGrad(grad, s, type, channels_first != 0, out, g_opsThreads);
+        });
   }
   return finish(status);
 }
@@ -235,10 +332,11 @@ detcoll_status_t detcoll_upsample_bilinear2d_backward(void* grad_input, const vo
                                                       int64_t out_w, int align_corners,
                                                       double scale_h, double scale_w) {
   const char* op = "upsample_bilinear2d_backward";
+  int device = -1;
   DataType type;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) {
-    status = hostBuffers(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}});
+    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
   }
   if (status.isOk()) {
     kernels::ops::Bilinear shape;
@@ -250,7 +348,12 @@ detcoll_status_t detcoll_upsample_bilinear2d_backward(void* grad_input, const vo
     shape.alignCorners = align_corners != 0;
     shape.scaleHeight = scale_h;
     shape.scaleWidth = scale_w;
-    status = kernels::ops::bilinear2dBackward(grad_input, grad_output, type, shape, g_opsThreads);
+    status = run(
+        op, device,
+        DETCOLL_ON_DEVICE(bilinear2dBackward(grad_input, grad_output, type, shape, stream)), [&] {
+          return kernels::ops::bilinear2dBackward(grad_input, grad_output, type, shape,
+                                                  g_opsThreads);
+        });
   }
   return finish(status);
 }
@@ -267,12 +370,16 @@ detcoll_status_t detcoll_max_pool2d(void* out, int64_t* indices, const void* in,
                                     detcoll_dtype_t dtype, int64_t planes, int64_t in_h,
                                     int64_t in_w, const detcoll_pool2d_t* pool) {
   const char* op = "max_pool2d";
+  int device = -1;
   DataType type;
   kernels::ops::Pool2d p;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = poolOf(op, pool, planes, in_h, in_w, &p);
-  if (status.isOk()) status = hostBuffers(op, {{out, "out"}, {indices, "indices"}, {in, "in"}});
-  if (status.isOk()) status = kernels::ops::maxPool2d(out, indices, in, type, p, g_opsThreads);
+  if (status.isOk())
+    status = placeOf(op, {{out, "out"}, {indices, "indices"}, {in, "in"}}, &device);
+  if (status.isOk())
+    status = run(op, device, DETCOLL_ON_DEVICE(maxPool2d(out, indices, in, type, p, stream)),
+                 [&] { return kernels::ops::maxPool2d(out, indices, in, type, p, g_opsThreads); });
   return finish(status);
 }
 
@@ -281,17 +388,24 @@ detcoll_status_t detcoll_max_pool2d_backward(void* grad_input, const void* grad_
                                              int64_t planes, int64_t in_h, int64_t in_w,
                                              const detcoll_pool2d_t* pool) {
   const char* op = "max_pool2d_backward";
+  int device = -1;
   DataType type;
   kernels::ops::Pool2d p;
   Status status = typeOf(op, dtype, &type);
   if (status.isOk()) status = poolOf(op, pool, planes, in_h, in_w, &p);
   if (status.isOk()) {
-    status = hostBuffers(
-        op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}, {indices, "indices"}});
+    status = placeOf(
+        op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}, {indices, "indices"}},
+        &device);
   }
   if (status.isOk()) {
     status =
-        kernels::ops::maxPool2dBackward(grad_input, grad_output, indices, type, p, g_opsThreads);
+        run(op, device,
+            DETCOLL_ON_DEVICE(maxPool2dBackward(grad_input, grad_output, indices, type, p, stream)),
+            [&] {
+              return kernels::ops::maxPool2dBackward(grad_input, grad_output, indices, type, p,
+                                                     g_opsThreads);
+            });
   }
   return finish(status);
 }

@@ -68,13 +68,16 @@ detcoll_status_t fill(const char* call, const detcoll_rng_key_t* key, rng::FillS
   if (!status.isOk()) return finish(status.prefixed(call));
 #if DETCOLL_WITH_CUDA
   if (device >= 0) {
-    // On the buffer's own device, on its legacy default stream; the caller's device is restored.
+    // On the buffer's own device, on the calling thread's stream (detcoll_set_cuda_stream),
+    // without waiting; with none set, on the legacy default stream, waited for. The caller's
+    // device is restored.
+    void* stream = callingThreadCudaStream();
     int current = 0;
     cudaGetDevice(&current);
     cudaError_t error = cudaSetDevice(device);
     if (error == cudaSuccess) {
-      status = rng::fillDevice(toKey(*key), spec, offset, count, out, nullptr);
-      if (status.isOk()) error = cudaStreamSynchronize(nullptr);
+      status = rng::fillDevice(toKey(*key), spec, offset, count, out, stream);
+      if (status.isOk() && stream == nullptr) error = cudaStreamSynchronize(nullptr);
       cudaSetDevice(current);
     }
     if (status.isOk() && error != cudaSuccess) {

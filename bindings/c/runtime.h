@@ -116,6 +116,9 @@ inline Status traceResult(TracedCall& call, const Status& status) {
 // An error naming `what` when pointer is device memory, saying why it must not be (`why`).
 Status checkHostMemory(const void* pointer, const char* what, const char* why);
 
+// The calling thread's cudaStream_t (detcoll_set_cuda_stream; null: none set).
+void* callingThreadCudaStream();
+
 // Where a call's buffers live: device is the CUDA device holding every buffer added, or -1 when
 // they are all host memory. Adding one that lives elsewhere is an error naming both.
 class BufferPlace {

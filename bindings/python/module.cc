@@ -150,6 +150,11 @@ PYBIND11_MODULE(_detcoll, m) {
     blocking([] { return detcoll_finalize(); });
     reap(true);
   });
+  m.def("cuda_built", [] { return detcoll_built_with_cuda() != 0; });
+  m.def("nccl_version", [] { return detcoll_nccl_version(); });
+  // The calling thread's CUDA stream (a cudaStream_t as an int; 0: none), for its later device
+  // calls, requests and waits.
+  m.def("set_cuda_stream", [](uintptr_t stream) { check(detcoll_set_cuda_stream(ptr(stream))); });
   m.def("rank", [] { return detcoll_rank(); });
   m.def("size", [] { return detcoll_size(); });
   m.def("local_rank", [] { return detcoll_local_rank(); });

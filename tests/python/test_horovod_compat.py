@@ -4,6 +4,7 @@ asynchronous variants, refusals, errors on every rank, and the gradients of the 
 (float64, against the formulas computed here from every rank's inputs)."""
 
 import math
+import pathlib
 import time
 import zlib
 
@@ -67,8 +68,15 @@ def test_horovod_names_exist():
 def test_queries():
     assert hvd.mpi_built() is True and hvd.mpi_enabled() is True
     assert hvd.gloo_built() is False and hvd.gloo_enabled() is False
-    assert hvd.nccl_built() == 0 and isinstance(hvd.nccl_built(), int)
-    for query in (hvd.ddl_built, hvd.ccl_built, hvd.cuda_built, hvd.rocm_built):
+    # CUDA and NCCL as CMake found them (the build's generated common/config.h).
+    config = (pathlib.Path(detcoll.__file__).resolve().parents[2] / "common" / "config.h"
+              ).read_text()
+    with_cuda = "#define DETCOLL_WITH_CUDA 1" in config
+    with_nccl = "#define DETCOLL_WITH_NCCL 1" in config
+    assert hvd.cuda_built() is with_cuda
+    assert isinstance(hvd.nccl_built(), int)
+    assert (hvd.nccl_built() > 20000) is with_nccl  # NCCL_VERSION_CODE: 2.x as 2xxyy
+    for query in (hvd.ddl_built, hvd.ccl_built, hvd.rocm_built):
         assert query() is False
     assert isinstance(hvd.mpi_threads_supported(), bool)
     assert hvd.is_initialized() is True

@@ -171,8 +171,9 @@ def gloo_built():
 
 
 def nccl_built():
-    """0: this version reduces CPU tensors over MPI (Horovod returns the NCCL version or 0)."""
-    return 0
+    """NCCL's version code when detcoll was built with NCCL (CUDA tensors then travel over it),
+    else 0, as Horovod's."""
+    return _detcoll.nccl_version()
 
 
 def ddl_built():
@@ -184,7 +185,8 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """Whether this build takes CUDA tensors (docs/design.md, "Device tensors in the engine")."""
+    return bool(_detcoll.cuda_built())
 
 
 def rocm_built():

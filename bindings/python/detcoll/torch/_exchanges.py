@@ -51,9 +51,10 @@ def _allgather_steps(tensors, names, place):
             rest = tuple(c.shape[1:])
             src = c
             if c.shape[0] != widest:
-                src = torch.zeros((widest,) + rest, dtype=c.dtype)
+                src = torch.zeros((widest,) + rest, dtype=c.dtype, device=c.device)
                 src[:c.shape[0]] = c
-            staged.append((src, torch.empty((size * widest,) + rest, dtype=c.dtype), widest))
+            staged.append((src, torch.empty((size * widest,) + rest, dtype=c.dtype,
+                                            device=c.device), widest))
     except Exception as e:  # noqa: BLE001 (e.g. out of memory)
         yield _rejected(names, place, e)
     yield [_enqueue(_detcoll.REQUEST_ALLGATHER, src, dst, src.numel(), DTYPES[c.dtype], n,
@@ -154,7 +155,7 @@ def _reducescatter_async(tensors, name, op, process_set, prescale, postscale, pr
             for d in t.shape[1:]:
                 row *= int(d)
             integer_average = op == Average and not t.is_floating_point()
-            out = torch.empty((rows[rank],) + tuple(t.shape[1:]), dtype=t.dtype)
+            out = torch.empty((rows[rank],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
             requests.append(_enqueue(
                 _detcoll.REQUEST_REDUCESCATTER, src, out, src.numel(), DTYPES[t.dtype], n,
                 op=Sum if integer_average else op, shape=_shape(t),
@@ -254,7 +255,7 @@ def _alltoall_async(tensor, splits, name, process_set, call):
             src = _carrier(tensor[:sum(mine)])
             if not src.is_contiguous():
                 src = src.contiguous()
-            dst = torch.empty((sum(received),) + rest, dtype=src.dtype)
+            dst = torch.empty((sum(received),) + rest, dtype=src.dtype, device=src.device)
         except Exception as e:  # noqa: BLE001 (e.g. out of memory)
             yield _rejected([full], place, e, _detcoll.REQUEST_ALLTOALL)
         yield _enqueue(_detcoll.REQUEST_ALLTOALL, src, dst, 0, dtype, full, shape=list(rest),

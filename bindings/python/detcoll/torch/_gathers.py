@@ -44,7 +44,7 @@ def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_cor
     if tuple(grad.shape) != expected:
         raise detcoll.InvalidArgumentError(
             f"{op}: grad_output is {tuple(grad.shape)}, expected {expected}")
-    out = torch.empty(input_size, dtype=grad.dtype)
+    out = torch.empty(input_size, dtype=grad.dtype, device=grad.device)
     _detcoll.upsample_bilinear2d_backward(
         out.data_ptr(), grad.data_ptr(), DTYPES[grad.dtype], input_size[0] * input_size[1],
         input_size[2], input_size[3], output_size[0], output_size[1], bool(align_corners),
@@ -117,8 +117,8 @@ def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation
     args = _pool_arguments(op, kernel_size, stride, padding, dilation)
     h, w = _detcoll.max_pool2d_output_size(x.shape[-2], x.shape[-1], *args, bool(ceil_mode))
     shape = tuple(x.shape[:-2]) + (h, w)
-    out = torch.empty(shape, dtype=x.dtype)
-    indices = torch.empty(shape, dtype=torch.int64)
+    out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    indices = torch.empty(shape, dtype=torch.int64, device=x.device)
     _detcoll.max_pool2d(out.data_ptr(), indices.data_ptr(), x.data_ptr(), DTYPES[x.dtype], planes,
                         x.shape[-2], x.shape[-1], *args, bool(ceil_mode))
     return out, indices
@@ -140,7 +140,7 @@ def max_pool2d_with_indices_backward(grad_output, input, kernel_size, stride, pa
         raise detcoll.InvalidArgumentError(
             f"{op}: grad_output {tuple(grad.shape)} and indices {tuple(indices.shape)} must be "
             f"{expected}")
-    out = torch.empty(tuple(input.shape), dtype=grad.dtype)
+    out = torch.empty(tuple(input.shape), dtype=grad.dtype, device=grad.device)
     _detcoll.max_pool2d_backward(out.data_ptr(), grad.data_ptr(), indices.data_ptr(),
                                  DTYPES[grad.dtype], planes, input.shape[-2], input.shape[-1],
                                  *args, bool(ceil_mode))

@@ -3,7 +3,8 @@
 import torch
 
 import detcoll
-from detcoll.torch._tensors import DTYPES
+from detcoll import _detcoll
+from detcoll.torch._tensors import DTYPES, use_current_stream
 
 
 def _values(tensor, op, what):
@@ -13,9 +14,7 @@ def _values(tensor, op, what):
         raise detcoll.InvalidArgumentError(
             f"{op}: {what} has dtype {tensor.dtype}; float32, float64, float16, bfloat16, int32 "
             "and int64 are supported")
-    if tensor.device.type != "cpu":
-        raise detcoll.InvalidArgumentError(
-            f"{op}: {what} is on {tensor.device}; this version runs on CPU tensors")
+    _placed(tensor, op, what)
     return tensor.contiguous()
 
 
@@ -24,9 +23,21 @@ def _indices(tensor, op, what):
         raise detcoll.InvalidArgumentError(
             f"{op}: {what} must be an int64 tensor, got "
             f"{tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor)}")
-    if tensor.device.type != "cpu":
-        raise detcoll.InvalidArgumentError(f"{op}: {what} is on {tensor.device}")
+    _placed(tensor, op, what)
     return tensor.contiguous()
+
+
+def _placed(tensor, op, what):
+    """A CPU tensor, or a CUDA tensor in a build with CUDA: the op then runs on torch's current
+    stream (detcoll_set_cuda_stream), and the library names any buffer on another device."""
+    if tensor.device.type == "cpu":
+        return
+    if tensor.device.type == "cuda" and _detcoll.cuda_built():
+        use_current_stream(tensor.device)
+        return
+    why = ("this build of detcoll has no CUDA" if tensor.device.type == "cuda" else
+           "the ops take CPU and CUDA tensors")
+    raise detcoll.InvalidArgumentError(f"{op}: {what} is on {tensor.device}; {why}")
 
 
 def _same_dtype(op, a, b, what):

@@ -15,7 +15,8 @@ DTYPES = {
 
 def checked_dtype(tensor, call, verb, any_dtype=False):
     """The tensor's detcoll dtype; raises InvalidArgumentError naming `call` for anything but a
-    contiguous CPU tensor of a supported dtype (of any dtype with any_dtype, which returns None).
+    contiguous CPU or CUDA (check_device) tensor of a supported dtype (of any dtype with
+    any_dtype, which returns None).
     `verb` says what the call does ("reduces")."""
     if not isinstance(tensor, torch.Tensor):
         raise detcoll.InvalidArgumentError(f"{call}: expected a torch.Tensor, got {type(tensor)}")
@@ -27,7 +28,63 @@ def checked_dtype(tensor, call, verb, any_dtype=False):
         raise detcoll.InvalidArgumentError(
             f"{call}: the tensor is not contiguous (shape {tuple(tensor.shape)}, stride "
             f"{tensor.stride()}); pass tensor.contiguous()")
-    if tensor.device.type != "cpu":
-        raise detcoll.InvalidArgumentError(
-            f"{call}: the tensor is on {tensor.device}; this version {verb} CPU tensors only")
+    check_device(tensor, call, verb)
     return DTYPES.get(tensor.dtype)
+
+
+def check_device(tensor, call, verb):
+    """Raises InvalidArgumentError naming `call` unless the tensor is on the CPU, or on a CUDA
+    device and detcoll was built with CUDA (docs/design.md, "Device tensors in the engine")."""
+    if tensor.device.type == "cpu":
+        return
+    if tensor.device.type == "cuda":
+        if not _detcoll.cuda_built():
+            raise detcoll.InvalidArgumentError(
+                f"{call}: the tensor is on {tensor.device}, but this build of detcoll has no CUDA "
+                "(build it where the CUDA toolkit is found); it takes CPU tensors")
+        return
+    raise detcoll.InvalidArgumentError(
+        f"{call}: the tensor is on {tensor.device}; detcoll {verb} CPU and CUDA tensors")
+
+
+def same_device(tensors, call):
+    """The one torch.device of `tensors` (CUDA, or None for the CPU); InvalidArgumentError naming
+    `call` when they are on different devices (a mix of CPU and CUDA tensors, or two GPUs)."""
+    devices = []
+    for t in tensors:
+        if t.device not in devices:
+            devices.append(t.device)
+    if len(devices) > 1:
+        raise detcoll.InvalidArgumentError(
+            f"{call}: the tensors are on different devices ({', '.join(map(str, devices))}); "
+            "one call's tensors are all on the CPU or all on one CUDA device")
+    return devices[0] if devices and devices[0].type == "cuda" else None
+
+
+# cudaStreamLegacy: torch's default stream is the legacy default stream, whose handle is 0; given
+# as 0, detcoll would take it for "no stream" and wait on the host.
+_LEGACY_STREAM = 0x1
+
+
+def use_current_stream(device):
+    """Points detcoll's CUDA stream for this thread (detcoll_set_cuda_stream) at torch's current
+    stream on `device` (a CUDA torch.device; None: nothing to do)."""
+    if device is not None:
+        stream = torch.cuda.current_stream(device).cuda_stream
+        _detcoll.set_cuda_stream(stream if stream != 0 else _LEGACY_STREAM)
+
+
+class DeviceRequest:
+    """A request on CUDA tensors: its wait() makes torch's current stream (of the waiting thread)
+    wait for the result, without the host waiting (docs/design.md, "Device tensors in the
+    engine")."""
+
+    def __init__(self, request, device):
+        self._request, self._device = request, device
+
+    def poll(self):
+        return self._request.poll()
+
+    def wait(self):
+        use_current_stream(self._device)
+        self._request.wait()

@@ -225,7 +225,10 @@ def broadcast_optimizer_state(optimizer, root_rank):
                 mine = state.get(key)
                 if not (torch.is_tensor(mine) and tuple(mine.shape) == shape and
                         mine.dtype == dtype):
-                    mine = state[key] = torch.zeros(shape, dtype=dtype)
+                    # With the parameter, but a 0-d entry (Adam's step) on the CPU, as torch
+                    # keeps it.
+                    device = p.device if shape else torch.device("cpu")
+                    mine = state[key] = torch.zeros(shape, dtype=dtype, device=device)
                 occurrences[key] += 1
                 tensors.append((f"optimizer_state.{key}.{occurrences[key]}", mine))
     broadcast_parameters(tensors, root_rank)

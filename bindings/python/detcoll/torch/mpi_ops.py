@@ -25,7 +25,8 @@ import torch
 import detcoll
 from detcoll import _detcoll
 from detcoll.torch._handles import _Handle, _single, poll, synchronize  # noqa: F401
-from detcoll.torch._tensors import DTYPES, checked_dtype
+from detcoll.torch._tensors import (
+    DTYPES, DeviceRequest, checked_dtype, same_device, use_current_stream)
 
 # ---- reduction ops ----
 # Sum, Average, Min and Max are detcoll_op_t values; Adasum and Product are Python-side values
@@ -288,12 +289,15 @@ def _shape(tensor):
 
 def _enqueue(kind, send, recv, count, dtype, name, op=Sum, root=0, shape=None, counts=None,
              recvcounts=None, keep=(), place=None):
+    device = same_device([t for t in (send, recv) if t is not None], name)
+    # A request on CUDA tensors starts after the work already on torch's current stream.
+    use_current_stream(device)
     request = _detcoll.enqueue(kind, send.data_ptr() if send is not None else 0,
                                recv.data_ptr() if recv is not None else 0, count, dtype, op=op,
                                root=root, name=name, shape=shape, counts=counts,
                                recvcounts=recvcounts, process_set=place.id if place else 0)
     request.keep(tuple(keep))
-    return request
+    return request if device is None else DeviceRequest(request, device)
 
 
 # ---- allreduce ----
@@ -305,7 +309,8 @@ def _allreduce_steps(tensors, outs, names, op, prescale, postscale, place):
     size = place.size
     scaled = [_scale(t, prescale) for t in tensors]
     if op == Product:
-        gathered = [torch.empty((size,) + tuple(t.shape), dtype=t.dtype) for t in scaled]
+        gathered = [torch.empty((size,) + tuple(t.shape), dtype=t.dtype, device=t.device)
+                    for t in scaled]
         yield [_enqueue(_detcoll.REQUEST_ALLGATHER, s, g, s.numel(), DTYPES[s.dtype], n,
                         shape=_shape(s), keep=(s, g), place=place)
                for s, g, n in zip(scaled, gathered, names)]
@@ -344,6 +349,7 @@ def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postsc
             raise detcoll.InvalidArgumentError(f"{call}: no tensors")
         for t in tensors:
             _reduce_dtype(t, call, checked_op)
+        same_device(tensors, call)
         return checked_op
 
     checked_op = _checked(call, checks, names, place)

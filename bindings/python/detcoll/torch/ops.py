@@ -3,8 +3,9 @@ arguments of the PyTorch functions they replace.
 
 Each destination's contributions are reduced in increasing source position, accumulated in
 float (float32, float16, bfloat16), double (float64) or int64, and rounded once: the same bits
-run after run and for any number of threads (README, "Deterministic ops"). This version runs on
-CPU tensors; inputs may be non-contiguous (they are copied).
+run after run and for any number of threads (README, "Deterministic ops"). CPU tensors run the
+CPU reference, CUDA tensors the device kernels on torch's current stream, with the same bits; inputs
+may be non-contiguous (they are copied).
 
     from detcoll.torch import ops
     out = ops.scatter_add(x, 0, index, src)           # torch.scatter_add
@@ -95,7 +96,8 @@ def _segment(data, segment_ids, num_segments, mean):
             f"{tuple(data.shape)}")
     if int(num_segments) < 0:
         raise detcoll.InvalidArgumentError(f"{op}: num_segments is {num_segments}")
-    out = torch.empty((int(num_segments),) + tuple(data.shape[ids.dim():]), dtype=data.dtype)
+    out = torch.empty((int(num_segments),) + tuple(data.shape[ids.dim():]), dtype=data.dtype,
+                      device=data.device)
     _detcoll.unsorted_segment_reduce(out.data_ptr(), int(num_segments), DTYPES[data.dtype],
                                      data.data_ptr(), list(data.shape), ids.data_ptr(), ids.dim(),
                                      mean)
@@ -128,7 +130,7 @@ def bincount(input, weights=None, minlength=0):
     wptr = weights.data_ptr() if weights is not None else 0
     length = _detcoll.bincount(0, DTYPES[dtype], input.data_ptr(), input.numel(), wptr,
                                int(minlength))
-    out = torch.empty(length, dtype=dtype)
+    out = torch.empty(length, dtype=dtype, device=input.device)
     _detcoll.bincount(out.data_ptr(), DTYPES[dtype], input.data_ptr(), input.numel(), wptr,
                       int(minlength))
     return out
@@ -147,7 +149,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx=-1,
         raise detcoll.InvalidArgumentError(
             f"{op}: grad_output {tuple(grad.shape)} does not match indices of "
             f"{indices.numel()} elements")
-    out = torch.empty((int(num_weights), dim), dtype=grad.dtype)
+    out = torch.empty((int(num_weights), dim), dtype=grad.dtype, device=grad.device)
     _detcoll.embedding_backward(out.data_ptr(), int(num_weights), DTYPES[grad.dtype],
                                 grad.data_ptr(), indices.numel(), dim, indices.data_ptr(),
                                 -1 if padding_idx is None else int(padding_idx),
@@ -203,7 +205,7 @@ def embedding_bag_backward(grad_output, indices, offsets, num_weights, mode="sum
                 f"{op}: {per_sample_weights.numel()} per_sample_weights for "
                 f"{indices.numel()} indices")
         weights = per_sample_weights.data_ptr()
-    out = torch.empty((int(num_weights), grad.shape[1]), dtype=grad.dtype)
+    out = torch.empty((int(num_weights), grad.shape[1]), dtype=grad.dtype, device=grad.device)
     _detcoll.embedding_bag_backward(out.data_ptr(), int(num_weights), DTYPES[grad.dtype],
                                     grad.data_ptr(), offsets.numel(), grad.shape[1],
                                     indices.data_ptr(), indices.numel(), offsets.data_ptr(),
@@ -243,7 +245,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
             "embedding_bag: gradients for per_sample_weights are not supported")
     if input.dim() == 2:
         bags, width = input.shape
-        offsets = torch.arange(0, bags * width, width, dtype=torch.int64)
+        offsets = torch.arange(0, bags * width, width, dtype=torch.int64, device=input.device)
         input = input.reshape(-1)
         if per_sample_weights is not None:
             per_sample_weights = per_sample_weights.reshape(-1)
@@ -276,7 +278,7 @@ def sum(input, dim=None, keepdim=False):  # noqa: A001 (torch.sum's name)
     if len(set(normalized)) != len(normalized):
         raise detcoll.InvalidArgumentError(f"{op}: dim {axes} names an axis twice")
     kept = [s for i, s in enumerate(x.shape) if i not in normalized]
-    out = torch.empty(kept, dtype=x.dtype)
+    out = torch.empty(kept, dtype=x.dtype, device=x.device)
     _detcoll.sum_over_axes(x.data_ptr(), list(x.shape), DTYPES[x.dtype], normalized,
                            out.data_ptr())
     if keepdim:
@@ -294,7 +296,7 @@ def bias_add_grad(grad, data_format="NHWC"):
         raise detcoll.InvalidArgumentError(
             f"{op}: the gradient needs at least 2 dimensions, has {g.dim()}")
     channels = g.shape[1] if data_format == "NCHW" else g.shape[-1]
-    out = torch.empty(channels, dtype=g.dtype)
+    out = torch.empty(channels, dtype=g.dtype, device=g.device)
     _detcoll.bias_add_grad(g.data_ptr(), list(g.shape), DTYPES[g.dtype], data_format == "NCHW",
                            out.data_ptr())
     return out

@@ -24,6 +24,7 @@ import torch
 import detcoll
 from detcoll import _detcoll
 from detcoll.debug import trace as _record
+from detcoll.torch._tensors import same_device, use_current_stream
 from detcoll.torch.sample_leaves import _MARK, _SINK
 
 
@@ -291,6 +292,8 @@ class _DistributedOptimizer:
             leaves = [torch.cat([self._leaves[id(p)][l].reshape(-1) for p in params])
                       for l in range(count)]
             out = torch.empty_like(leaves[0])
+            # CUDA gradients: the blocking device path, on torch's current stream.
+            use_current_stream(same_device(leaves + [out], "DistributedOptimizer"))
             _detcoll.allreduce_leaves([t.data_ptr() for t in leaves], out.data_ptr(), out.numel(),
                                       self._hvd._DTYPES[dtype], self._hvd.Sum,
                                       f"detcoll.leaves.{'samples.' if kind else ''}{dtype}")

@@ -20,7 +20,7 @@ from detcoll import _detcoll
 from detcoll.rng import (  # noqa: F401  (re-exported)
     Key, begin_step, counter, get_seed, load_state_dict, next_counter, seed, set_counter,
     state_dict)
-from detcoll.torch._tensors import checked_dtype
+from detcoll.torch._tensors import checked_dtype, use_current_stream
 
 __all__ = [
     "Key", "begin_step", "seed", "get_seed", "counter", "set_counter", "next_counter",
@@ -33,6 +33,12 @@ def _target(tensor, call):
     return checked_dtype(tensor, call, "fills")
 
 
+def _on_device(tensor):
+    """A CUDA tensor is filled on torch's current stream, without waiting (detcoll_set_cuda_stream);
+    a CPU tensor at once."""
+    use_current_stream(tensor.device if tensor.device.type == "cuda" else None)
+
+
 def _key(key, call):
     if not isinstance(key, Key):
         raise detcoll.InvalidArgumentError(f"{call}: expected a detcoll.rng.Key, got {type(key)}")
@@ -43,6 +49,7 @@ def _fill(call, kind, tensor, key, offset, a=0.0, b=0.0, n=0):
     dtype = _target(tensor, call)
     if not 0 <= int(offset) < 2**64:
         raise detcoll.InvalidArgumentError(f"{call}: offset {offset} is outside [0, 2^64)")
+    _on_device(tensor)
     _detcoll.rng_fill(kind, _key(key, call), int(offset), tensor.data_ptr(), tensor.numel(), dtype,
                       float(a), float(b), int(n))
     return tensor
@@ -80,6 +87,7 @@ def _fill_rows(call, kind, tensor, keys, a=0.0, b=0.0):
             "(dimension 0)")
     words = [_key(k, call) for k in keys]
     row = tensor.numel() // len(keys) if keys else 0
+    _on_device(tensor)
     _detcoll.rng_fill_rows(kind, words, tensor.data_ptr(), row, dtype, float(a), float(b), 0)
     return tensor
 
@@ -160,7 +168,8 @@ class Dropout(torch.nn.Module):
                 f"detcoll.torch.rng.Dropout (layer {self.layer}) in training needs the batch's "
                 "sample keys: run the model inside `with rng.samples(keys):`")
         masks = [k.derive("dropout", self.layer) for k in keys]
-        keep = bernoulli_rows_(torch.empty(x.shape, dtype=x.dtype), masks, 1.0 - self.p)
+        keep = bernoulli_rows_(torch.empty(x.shape, dtype=x.dtype, device=x.device), masks,
+                               1.0 - self.p)
         return x * keep * (1.0 / (1.0 - self.p))
 
     def extra_repr(self):
