@@ -12,9 +12,9 @@ std::vector<Batch> planBatches(const std::vector<RequestPtr>& ready, const PlanO
   for (const RequestPtr& request : ready) {
     const Descriptor& d = request->descriptor();
     const size_t bytes = d.bytes();
+    const size_t direct = d.device ? options.deviceDirectBytes : options.directBytes;
     const bool fusable = d.kind == RequestKind::kAllreduce && options.fusionThresholdBytes > 0 &&
-                         bytes > 0 && bytes < options.directBytes &&
-                         bytes <= options.fusionThresholdBytes;
+                         bytes > 0 && bytes < direct && bytes <= options.fusionThresholdBytes;
     if (!fusable) {
       batches.push_back({{request}, false, bytes});
       continue;

@@ -11,6 +11,7 @@
 // offset and neighbours); in native mode it may, as it does in Horovod.
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "fusion/request.h"
@@ -20,6 +21,9 @@ namespace detcoll::fusion {
 struct PlanOptions {
   size_t fusionThresholdBytes = 64 << 20;
   size_t directBytes = 1 << 20;
+  // The same for requests on device memory: there a fusion buffer's copies run at the device's
+  // bandwidth and a call of its own costs more than they do, so only the threshold bounds them.
+  size_t deviceDirectBytes = SIZE_MAX;
 };
 
 struct Batch {

@@ -52,7 +52,8 @@ grep -E "^-- detcoll:" "$logs/build.log"
 tests_rc=$?
 mpirun=(mpirun --oversubscribe)
 command -v mpirun >/dev/null || mpirun=(orterun --oversubscribe)
-py=("$(command -v python3)" -m pytest -q -p no:cacheprovider -rs tests/python/test_torch_devices.py)
+py=("$(command -v python3)" -m pytest -q -p no:cacheprovider --color=no -rs
+  tests/python/test_torch_devices.py)
 export PYTHONPATH=$PWD/$build/python
 timeout 600 "${mpirun[@]}" -np 1 -x PYTHONPATH "${py[@]}" >"$logs/torch_np1.log" 2>&1
 np1_rc=$?

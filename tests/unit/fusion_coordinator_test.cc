@@ -835,6 +835,28 @@ TEST(FusionPlannerTest, DtypeOpModeAndKindNeverShareABatch) {
                    "bcast2 40", "zero 0", "zero2 0"}));
 }
 
+TEST(FusionPlannerTest, DeviceRequestsFuseApartAndUpToTheThresholdAlone) {
+  auto onDevice = [](fusion::Descriptor d) {
+    d.device = true;
+    return d;
+  };
+  const std::vector<RequestPtr> ready = {request("a", allreduce(100)),
+                                         request("da", onDevice(allreduce(100))),
+                                         request("direct", allreduce(250)),
+                                         request("dbig", onDevice(allreduce(250))),
+                                         request("b", allreduce(1)),
+                                         request("db", onDevice(allreduce(1))),
+                                         request("dover", onDevice(allreduce(400)))};
+  // Host: under directBytes (1000 bytes) fused, `direct` alone; device: fused up to the
+  // threshold (1500 bytes) whatever directBytes says, never with host requests.
+  EXPECT_EQ(layout(fusion::planBatches(ready, {1500, 1000})),
+            (Names{"a+b*404", "da+dbig+db*1404", "direct 1000", "dover 1600"}));
+  fusion::PlanOptions bounded{1 << 20, 1000};
+  bounded.deviceDirectBytes = 1000;
+  EXPECT_EQ(layout(fusion::planBatches(ready, bounded)),
+            (Names{"a+b*404", "da+db*404", "direct 1000", "dbig 1000", "dover 1600"}));
+}
+
 TEST(FusionPlannerTest, PlanIsAPureFunction) {
   std::vector<RequestPtr> ready;
   for (int i = 0; i < 40; ++i) {
