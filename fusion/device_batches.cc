@@ -1,7 +1,9 @@
 #include "fusion/device_batches.h"
 
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective/agreement.h"
@@ -11,6 +13,8 @@
 
 #if DETCOLL_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "fusion/device_copies.h"
 #endif
 
 namespace detcoll::fusion {
@@ -38,6 +42,10 @@ class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ == device) {
+      previous_ = -1;  // nothing to set, nothing to restore
+      return;
+    }
     status_ = cudaCheck(cudaSetDevice(device), "cudaSetDevice");
   }
   ~DeviceScope() {
@@ -49,6 +57,41 @@ class DeviceScope {
   int previous_ = -1;
   Status status_;
 };
+
+// Events without timing, reused: making and destroying two per request cost more than the
+// request's own launches. An event comes back when its marks are destroyed; its next record
+// overwrites its state, and a wait already enqueued on it keeps the state it saw. Never freed: it
+// may be used by an engine until the process exits.
+class EventPool {
+ public:
+  Status take(int device, cudaEvent_t* event) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = free_.size(); i-- > 0;) {
+        if (free_[i].first == device) {
+          *event = free_[i].second;
+          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+          return Status::ok();
+        }
+      }
+    }
+    return cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                     "cudaEventCreateWithFlags");
+  }
+  void give(int device, cudaEvent_t event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.emplace_back(device, event);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<int, cudaEvent_t>> free_;
+};
+
+EventPool& eventPool() {
+  static EventPool* pool = new EventPool();
+  return *pool;
+}
 
 // A device buffer that only grows; its old memory is freed once the stream's work is done.
 struct DeviceBuffer {
@@ -74,6 +117,26 @@ struct DeviceBuffer {
 };
 #endif
 
+#if DETCOLL_WITH_CUDA
+// The copies that pack a fused batch's inputs into `buffer` in ready order (`in`), or its
+// results back out of it.
+std::vector<DeviceCopy> packing(const Batch& batch, void* buffer, bool in) {
+  std::vector<DeviceCopy> copies;
+  copies.reserve(batch.requests.size());
+  char* at = static_cast<char*>(buffer);
+  for (const RequestPtr& request : batch.requests) {
+    const size_t bytes = request->descriptor().bytes();
+    if (in) {
+      copies.push_back({request->spec().send, at, bytes});
+    } else {
+      copies.push_back({at, request->spec().recv, bytes});
+    }
+    at += bytes;
+  }
+  return copies;
+}
+#endif
+
 }  // namespace
 
 #if DETCOLL_WITH_CUDA
@@ -85,11 +148,9 @@ Status DeviceMarks::make(int device, void* stream, std::shared_ptr<DeviceMarks>*
   marks->device_ = device;
   cudaEvent_t ready = nullptr;
   cudaEvent_t done = nullptr;
-  DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
-                                    "cudaEventCreateWithFlags"));
+  DETCOLL_RETURN_IF_ERROR(eventPool().take(device, &ready));
   marks->ready_ = ready;
-  DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
-                                    "cudaEventCreateWithFlags"));
+  DETCOLL_RETURN_IF_ERROR(eventPool().take(device, &done));
   marks->done_ = done;
   DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaEventRecord(ready, asStream(stream)), "cudaEventRecord"));
   *out = std::move(marks);
@@ -97,9 +158,8 @@ Status DeviceMarks::make(int device, void* stream, std::shared_ptr<DeviceMarks>*
 }
 
 DeviceMarks::~DeviceMarks() {
-  // Destroying an event whose work is still queued is allowed: its resources go when it is done.
-  if (ready_ != nullptr) cudaEventDestroy(asEvent(ready_));
-  if (done_ != nullptr) cudaEventDestroy(asEvent(done_));
+  if (ready_ != nullptr) eventPool().give(device_, asEvent(ready_));
+  if (done_ != nullptr) eventPool().give(device_, asEvent(done_));
 }
 
 Status DeviceMarks::waitFor(void* stream) const {
@@ -197,16 +257,7 @@ Status DeviceBatches::run(const Batch& batch) {
   const size_t element = dataTypeSize(d.type);
   if (local.isOk() && batch.fused) {
     local = s.fusion.reserve(batch.bytes, s.stream);
-    size_t offset = 0;
-    for (const RequestPtr& request : batch.requests) {
-      if (!local.isOk()) break;
-      const size_t bytes = request->descriptor().bytes();
-      local = cudaCheck(
-          cudaMemcpyAsync(static_cast<char*>(s.fusion.data) + offset, request->spec().send, bytes,
-                          cudaMemcpyDeviceToDevice, s.stream),
-          "cudaMemcpyAsync");
-      offset += bytes;
-    }
+    if (local.isOk()) local = copyOnDevice(packing(batch, s.fusion.data, true), s.stream);
   }
   DETCOLL_RETURN_IF_ERROR(collective::agreeOnStatus(s.comm, local));
 
@@ -230,17 +281,7 @@ Status DeviceBatches::run(const Batch& batch) {
     }
     status = s.path.allreduce(o, s.device);
     if (status.isOk() && batch.fused) {
-      size_t offset = 0;
-      for (const RequestPtr& request : batch.requests) {
-        const size_t bytes = request->descriptor().bytes();
-        if (status.isOk()) {
-          status = cudaCheck(cudaMemcpyAsync(request->spec().recv,
-                                             static_cast<const char*>(s.fusion.data) + offset,
-                                             bytes, cudaMemcpyDeviceToDevice, s.stream),
-                             "cudaMemcpyAsync");
-        }
-        offset += bytes;
-      }
+      status = copyOnDevice(packing(batch, s.fusion.data, false), s.stream);
     }
   } else if (d.kind == RequestKind::kBroadcast) {
     status = s.path.broadcast(lead.recv, d.bytes(), d.root, s.device);

@@ -66,12 +66,22 @@ def same_device(tensors, call):
 _LEGACY_STREAM = 0x1
 
 
+# The current stream's raw handle by device index, without building a torch.cuda.Stream (a few
+# microseconds each, twice per request); the public call where this torch lacks it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def use_current_stream(device):
     """Points detcoll's CUDA stream for this thread (detcoll_set_cuda_stream) at torch's current
     stream on `device` (a CUDA torch.device; None: nothing to do)."""
-    if device is not None:
+    if device is None:
+        return
+    if _raw_stream is not None:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        stream = _raw_stream(index)
+    else:
         stream = torch.cuda.current_stream(device).cuda_stream
-        _detcoll.set_cuda_stream(stream if stream != 0 else _LEGACY_STREAM)
+    _detcoll.set_cuda_stream(stream if stream != 0 else _LEGACY_STREAM)
 
 
 class DeviceRequest:
