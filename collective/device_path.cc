@@ -16,6 +16,8 @@
 #if DETCOLL_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "common/cuda_scope.h"
+
 #include "collective/device_allreduce.h"
 #endif
 #if DETCOLL_WITH_NCCL
@@ -24,31 +26,6 @@
 
 namespace detcoll::collective {
 namespace {
-
-#if DETCOLL_WITH_CUDA
-Status cudaCheck(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::ok();
-  (void)cudaGetLastError();
-  return Status::backend(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
-// The calling thread's current device is `device` for the scope, and the caller's again after.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    status_ = cudaCheck(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  const Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  Status status_;
-};
-#endif
 
 #if !DETCOLL_WITH_CUDA
 Status needsCuda() {
@@ -64,7 +41,7 @@ DevicePath::DevicePath(transport::Communicator& comm, GpuTransport transport)
 DevicePath::~DevicePath() {
 #if DETCOLL_WITH_CUDA
   if (device_ >= 0) {
-    DeviceScope scope(device_);
+    CudaDeviceScope scope(device_);
     nccl_.reset();
     if (libraryStream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(libraryStream_));
   }
@@ -85,10 +62,10 @@ Status DevicePath::prepare(int device) {
 #if DETCOLL_WITH_CUDA
   // The library's stream, made now so that no later call can fail alone making it.
   {
-    DeviceScope scope(device_);
+    CudaDeviceScope scope(device_);
     Status made = scope.status();
     cudaStream_t s = nullptr;
-    if (made.isOk()) made = cudaCheck(cudaStreamCreate(&s), "cudaStreamCreate");
+    if (made.isOk()) made = cudaStatus(cudaStreamCreate(&s), "cudaStreamCreate");
     if (made.isOk()) libraryStream_ = s;
     DETCOLL_RETURN_IF_ERROR(agreeOnStatus(comm_, made));
   }
@@ -117,7 +94,7 @@ Status DevicePath::startNccl(int device) {
   std::unique_ptr<transport::NcclTransport> transport;
   Status started = agreeOnStatus(comm_, local);
   if (started.isOk()) {
-    DeviceScope scope(device);
+    CudaDeviceScope scope(device);
     local = scope.status();
     started = agreeOnStatus(comm_, local);
     if (started.isOk()) {
@@ -168,8 +145,8 @@ Status DevicePath::onStream(const std::function<Status(void* stream)>& work) {
 
 Status DevicePath::finish() {
   if (userStream_ != nullptr) return Status::ok();
-  return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(libraryStream_)),
-                   "cudaStreamSynchronize");
+  return cudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(libraryStream_)),
+                    "cudaStreamSynchronize");
 }
 
 Status DevicePath::stage(const void* const* buffers, int count, size_t bytes,
@@ -183,11 +160,11 @@ Status DevicePath::stage(const void* const* buffers, int count, size_t bytes,
     for (int j = 0; j < count; ++j) {
       (*out)[j].resize(bytes);
       DETCOLL_RETURN_IF_ERROR(
-          cudaCheck(cudaMemcpyAsync((*out)[j].data(), buffers[j], bytes, cudaMemcpyDeviceToHost,
-                                    static_cast<cudaStream_t>(s)),
-                    "cudaMemcpyAsync"));
+          cudaStatus(cudaMemcpyAsync((*out)[j].data(), buffers[j], bytes, cudaMemcpyDeviceToHost,
+                                     static_cast<cudaStream_t>(s)),
+                     "cudaMemcpyAsync"));
     }
-    return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
+    return cudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
   };
   return agreeOnStatus(comm_, copy());
 }
@@ -196,15 +173,15 @@ Status DevicePath::unstage(void* device, const void* host, size_t bytes) {
   // Pageable memory: the copy may return before it lands, so wait for the stream.
   void* s = nullptr;
   DETCOLL_RETURN_IF_ERROR(stream(&s));
-  DETCOLL_RETURN_IF_ERROR(cudaCheck(
+  DETCOLL_RETURN_IF_ERROR(cudaStatus(
       cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(s)),
       "cudaMemcpyAsync"));
-  return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
+  return cudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
 }
 
 Status DevicePath::allreduce(const AllreduceOptions& options, int device) {
   DETCOLL_RETURN_IF_ERROR(prepare(device));
-  DeviceScope scope(device_);
+  CudaDeviceScope scope(device_);
   DETCOLL_RETURN_IF_ERROR(scope.status());
   if (nccl_) {
     AllreduceOptions device = options;
@@ -230,7 +207,7 @@ Status DevicePath::allreduce(const AllreduceOptions& options, int device) {
 
 Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
   DETCOLL_RETURN_IF_ERROR(prepare(device));
-  DeviceScope scope(device_);  // the caller's device again on return
+  CudaDeviceScope scope(device_);  // the caller's device again on return
   DETCOLL_RETURN_IF_ERROR(scope.status());
 #if DETCOLL_WITH_NCCL
   if (nccl_) {
@@ -248,7 +225,7 @@ Status DevicePath::broadcast(void* data, size_t bytes, int root, int device) {
 
 Status DevicePath::allgather(const void* send, void* recv, size_t bytes, int device) {
   DETCOLL_RETURN_IF_ERROR(prepare(device));
-  DeviceScope scope(device_);
+  CudaDeviceScope scope(device_);
   DETCOLL_RETURN_IF_ERROR(scope.status());
 #if DETCOLL_WITH_NCCL
   if (nccl_) {

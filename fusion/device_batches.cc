@@ -1,5 +1,6 @@
 #include "fusion/device_batches.h"
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #if DETCOLL_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "common/cuda_scope.h"
 #include "fusion/device_copies.h"
 #endif
 
@@ -24,39 +26,12 @@ namespace {
 using collective::transport::Communicator;
 
 #if DETCOLL_WITH_CUDA
-Status cudaCheck(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::ok();
-  (void)cudaGetLastError();
-  return Status::backend(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
 cudaStream_t asStream(void* s) {
   return static_cast<cudaStream_t>(s);
 }
 cudaEvent_t asEvent(void* e) {
   return static_cast<cudaEvent_t>(e);
 }
-
-// The calling thread's current device is `device` for the scope, the caller's again after.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ == device) {
-      previous_ = -1;  // nothing to set, nothing to restore
-      return;
-    }
-    status_ = cudaCheck(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  const Status& status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  Status status_;
-};
 
 // Events without timing, reused: making and destroying two per request cost more than the
 // request's own launches. An event comes back when its marks are destroyed; its next record
@@ -75,8 +50,8 @@ class EventPool {
         }
       }
     }
-    return cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
-                     "cudaEventCreateWithFlags");
+    return cudaStatus(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                      "cudaEventCreateWithFlags");
   }
   void give(int device, cudaEvent_t event) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -100,12 +75,12 @@ struct DeviceBuffer {
   Status reserve(size_t want, cudaStream_t stream) {
     if (want <= bytes) return Status::ok();
     if (data != nullptr) {
-      DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+      DETCOLL_RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
       cudaFree(data);
       data = nullptr;
       bytes = 0;
     }
-    DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaMalloc(&data, want), "cudaMalloc"));
+    DETCOLL_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&data, want), "cudaMalloc"));
     bytes = want;
     return Status::ok();
   }
@@ -118,18 +93,27 @@ struct DeviceBuffer {
 #endif
 
 #if DETCOLL_WITH_CUDA
+// A joined rank's stand-in (Engine::stand) has no buffers of its own: it reads `zeros` and
+// writes `sink`, resolved for each batch.
+struct Buffers {
+  const void* zeros = nullptr;
+  void* sink = nullptr;
+  const void* send(const RequestSpec& spec) const { return spec.owned ? zeros : spec.send; }
+  void* recv(const RequestSpec& spec) const { return spec.owned ? sink : spec.recv; }
+};
+
 // The copies that pack a fused batch's inputs into `buffer` in ready order (`in`), or its
 // results back out of it.
-std::vector<DeviceCopy> packing(const Batch& batch, void* buffer, bool in) {
+std::vector<DeviceCopy> packing(const Batch& batch, const Buffers& b, void* buffer, bool in) {
   std::vector<DeviceCopy> copies;
   copies.reserve(batch.requests.size());
   char* at = static_cast<char*>(buffer);
   for (const RequestPtr& request : batch.requests) {
     const size_t bytes = request->descriptor().bytes();
     if (in) {
-      copies.push_back({request->spec().send, at, bytes});
+      copies.push_back({b.send(request->spec()), at, bytes});
     } else {
-      copies.push_back({at, request->spec().recv, bytes});
+      copies.push_back({at, b.recv(request->spec()), bytes});
     }
     at += bytes;
   }
@@ -142,7 +126,7 @@ std::vector<DeviceCopy> packing(const Batch& batch, void* buffer, bool in) {
 #if DETCOLL_WITH_CUDA
 
 Status DeviceMarks::make(int device, void* stream, std::shared_ptr<DeviceMarks>* out) {
-  DeviceScope scope(device);
+  CudaDeviceScope scope(device);
   DETCOLL_RETURN_IF_ERROR(scope.status());
   std::shared_ptr<DeviceMarks> marks(new DeviceMarks());
   marks->device_ = device;
@@ -152,7 +136,10 @@ Status DeviceMarks::make(int device, void* stream, std::shared_ptr<DeviceMarks>*
   marks->ready_ = ready;
   DETCOLL_RETURN_IF_ERROR(eventPool().take(device, &done));
   marks->done_ = done;
-  DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaEventRecord(ready, asStream(stream)), "cudaEventRecord"));
+  DETCOLL_RETURN_IF_ERROR(cudaStatus(cudaEventRecord(ready, asStream(stream)), "cudaEventRecord"));
+  // `done` too, so that a request that fails before the engine queues its work has a `done` of
+  // its own (the caller's work up to the enqueue), not the state a pooled event last had.
+  DETCOLL_RETURN_IF_ERROR(cudaStatus(cudaEventRecord(done, asStream(stream)), "cudaEventRecord"));
   *out = std::move(marks);
   return Status::ok();
 }
@@ -163,19 +150,20 @@ DeviceMarks::~DeviceMarks() {
 }
 
 Status DeviceMarks::waitFor(void* stream) const {
-  DeviceScope scope(device_);
+  CudaDeviceScope scope(device_);
   DETCOLL_RETURN_IF_ERROR(scope.status());
   if (stream == nullptr) {
-    return cudaCheck(cudaEventSynchronize(asEvent(done_)), "cudaEventSynchronize");
+    return cudaStatus(cudaEventSynchronize(asEvent(done_)), "cudaEventSynchronize");
   }
-  return cudaCheck(cudaStreamWaitEvent(asStream(stream), asEvent(done_), 0), "cudaStreamWaitEvent");
+  return cudaStatus(cudaStreamWaitEvent(asStream(stream), asEvent(done_), 0),
+                    "cudaStreamWaitEvent");
 }
 
 struct DeviceBatches::State {
   State(Communicator& c, Options o) : comm(c), options(o), path(c, o.gpuTransport) {}
   ~State() {
     if (device < 0) return;
-    DeviceScope scope(device);
+    CudaDeviceScope scope(device);
     if (stream != nullptr) cudaStreamSynchronize(stream);
     fusion.release();
     zeros.release();
@@ -190,10 +178,10 @@ struct DeviceBatches::State {
                                      "; this rank's device requests run on device " +
                                      std::to_string(device) + ", where the first one was");
     }
-    DeviceScope scope(d);
+    CudaDeviceScope scope(d);
     DETCOLL_RETURN_IF_ERROR(scope.status());
-    DETCOLL_RETURN_IF_ERROR(cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                                      "cudaStreamCreateWithFlags"));
+    DETCOLL_RETURN_IF_ERROR(cudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                                       "cudaStreamCreateWithFlags"));
     device = d;
     path.setStream(stream);
     return Status::ok();
@@ -214,50 +202,59 @@ DeviceBatches::DeviceBatches(Communicator& comm, Options options)
 
 DeviceBatches::~DeviceBatches() = default;
 
-Status DeviceBatches::joinedBuffers(size_t bytes, const void** zeros, void** sink) {
-  State& s = *state_;
-  const Status ready = s.prepare(s.device >= 0 ? s.device : 0);
-  DETCOLL_RETURN_IF_ERROR(ready);
-  DeviceScope scope(s.device);
-  DETCOLL_RETURN_IF_ERROR(scope.status());
-  const size_t had = s.zeros.bytes;
-  DETCOLL_RETURN_IF_ERROR(s.zeros.reserve(bytes, s.stream));
-  if (s.zeros.bytes != had) {
-    DETCOLL_RETURN_IF_ERROR(
-        cudaCheck(cudaMemsetAsync(s.zeros.data, 0, s.zeros.bytes, s.stream), "cudaMemsetAsync"));
-  }
-  DETCOLL_RETURN_IF_ERROR(s.sink.reserve(bytes, s.stream));
-  *zeros = s.zeros.data;
-  *sink = s.sink.data;
-  return Status::ok();
-}
-
-Status DeviceBatches::run(const Batch& batch) {
+Status DeviceBatches::run(const Batch& batch, int joinDevice) {
   State& s = *state_;
   const RequestSpec& lead = batch.requests[0]->spec();
   const Descriptor& d = lead.descriptor;
   // What this rank can get wrong alone (the device, the buffer, the queued copies) is agreed
   // before the collective, so that no rank waits in it for one that stayed out.
-  Status local = s.prepare(lead.marks ? lead.marks->device() : (s.device >= 0 ? s.device : 0));
-  std::optional<DeviceScope> scope;
+  // The device: of the requests; for a batch of a joined rank's stand-ins alone, the one its
+  // device requests ran on, else the one join() was called on, else 0.
+  int device = s.device >= 0 ? s.device : (joinDevice >= 0 ? joinDevice : 0);
+  size_t joined = 0;  // the largest stand-in's bytes
+  for (const RequestPtr& request : batch.requests) {
+    const RequestSpec& spec = request->spec();
+    if (spec.marks) device = spec.marks->device();
+    if (spec.owned) joined = std::max(joined, request->descriptor().bytes());
+  }
+  Status local = s.prepare(device);
+  std::optional<CudaDeviceScope> scope;
   if (local.isOk()) {
     scope.emplace(s.device);
     local = scope->status();
   }
   for (const RequestPtr& request : batch.requests) {
-    const RequestSpec& spec = request->spec();
-    if (local.isOk() && spec.owned && (spec.send == nullptr || spec.recv == nullptr)) {
-      local = Status::backend("no device memory for a joined rank's zeros");
-    }
-    const auto& marks = spec.marks;
+    const auto& marks = request->spec().marks;
     if (!local.isOk() || !marks) continue;  // a joined rank's stand-in has no marks
-    local =
-        cudaCheck(cudaStreamWaitEvent(s.stream, asEvent(marks->ready()), 0), "cudaStreamWaitEvent");
+    if (marks->device() != s.device) {
+      local = Status::invalidArgument(describeRequest(request->name(), request->descriptor()) +
+                                      " is on CUDA device " + std::to_string(marks->device()) +
+                                      "; this rank's device requests run on device " +
+                                      std::to_string(s.device) + ", where the first one was");
+      continue;
+    }
+    local = cudaStatus(cudaStreamWaitEvent(s.stream, asEvent(marks->ready()), 0),
+                       "cudaStreamWaitEvent");
+  }
+  // The stand-ins' zeros and sink, grown (stream-ordered) before any copy refers to them.
+  Buffers buffers;
+  if (local.isOk() && joined > 0) {
+    const size_t had = s.zeros.bytes;
+    local = s.zeros.reserve(joined, s.stream);
+    if (local.isOk() && s.zeros.bytes != had) {
+      local =
+          cudaStatus(cudaMemsetAsync(s.zeros.data, 0, s.zeros.bytes, s.stream), "cudaMemsetAsync");
+    }
+    if (local.isOk()) local = s.sink.reserve(joined, s.stream);
+    buffers.zeros = s.zeros.data;
+    buffers.sink = s.sink.data;
   }
   const size_t element = dataTypeSize(d.type);
   if (local.isOk() && batch.fused) {
     local = s.fusion.reserve(batch.bytes, s.stream);
-    if (local.isOk()) local = copyOnDevice(packing(batch, s.fusion.data, true), s.stream);
+    if (local.isOk()) {
+      local = copyOnDevice(packing(batch, buffers, s.fusion.data, true), s.stream);
+    }
   }
   DETCOLL_RETURN_IF_ERROR(collective::agreeOnStatus(s.comm, local));
 
@@ -270,18 +267,20 @@ Status DeviceBatches::run(const Batch& batch) {
     o.segmentBytes = s.options.segmentBytes;
     o.invariantTransport = s.options.invariantTransport;
     const void* fused = s.fusion.data;
+    const void* lone = nullptr;
     if (batch.fused) {
       o.leaves = &fused;
       o.recv = s.fusion.data;
       o.count = batch.bytes / element;
     } else {
-      o.leaves = &lead.send;
-      o.recv = lead.recv;
+      lone = buffers.send(lead);
+      o.leaves = &lone;
+      o.recv = buffers.recv(lead);
       o.count = d.count;
     }
     status = s.path.allreduce(o, s.device);
     if (status.isOk() && batch.fused) {
-      status = copyOnDevice(packing(batch, s.fusion.data, false), s.stream);
+      status = copyOnDevice(packing(batch, buffers, s.fusion.data, false), s.stream);
     }
   } else if (d.kind == RequestKind::kBroadcast) {
     status = s.path.broadcast(lead.recv, d.bytes(), d.root, s.device);
@@ -300,11 +299,11 @@ Status DeviceBatches::run(const Batch& batch) {
       for (uint64_t c : lead.recvCounts) recvBytes += c * element;
     }
     std::vector<char> send(sendBytes), recv(recvBytes);
-    local = cudaCheck(
+    local = cudaStatus(
         cudaMemcpyAsync(send.data(), lead.send, sendBytes, cudaMemcpyDeviceToHost, s.stream),
         "cudaMemcpyAsync");
     if (local.isOk()) {
-      local = cudaCheck(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+      local = cudaStatus(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
     }
     DETCOLL_RETURN_IF_ERROR(collective::agreeOnStatus(s.comm, local));
     if (d.kind == RequestKind::kReducescatter) {
@@ -327,19 +326,20 @@ Status DeviceBatches::run(const Batch& batch) {
       status = collective::alltoall(s.comm, o);
     }
     if (status.isOk()) {
-      status = cudaCheck(
+      status = cudaStatus(
           cudaMemcpyAsync(lead.recv, recv.data(), recvBytes, cudaMemcpyHostToDevice, s.stream),
           "cudaMemcpyAsync");
     }
     // Pageable memory: the copy may return before it has read `recv`.
-    if (status.isOk()) status = cudaCheck(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+    if (status.isOk())
+      status = cudaStatus(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
   }
   // Every request's `done`, after its result (or the failure: a waiting stream must not hang).
   for (const RequestPtr& request : batch.requests) {
     const auto& marks = request->spec().marks;
     if (!marks) continue;
     const Status recorded =
-        cudaCheck(cudaEventRecord(asEvent(marks->done()), s.stream), "cudaEventRecord");
+        cudaStatus(cudaEventRecord(asEvent(marks->done()), s.stream), "cudaEventRecord");
     if (status.isOk()) status = recorded;
   }
   return status;
@@ -363,11 +363,7 @@ DeviceBatches::DeviceBatches(Communicator&, Options) : state_(std::make_unique<S
 
 DeviceBatches::~DeviceBatches() = default;
 
-Status DeviceBatches::joinedBuffers(size_t, const void**, void**) {
-  return Status::invalidArgument("device memory needs a build of detcoll with CUDA");
-}
-
-Status DeviceBatches::run(const Batch&) {
+Status DeviceBatches::run(const Batch&, int) {
   return Status::invalidArgument("device memory needs a build of detcoll with CUDA");
 }
 

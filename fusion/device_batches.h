@@ -28,7 +28,8 @@ namespace detcoll::fusion {
 // The two events of one request on device memory (above).
 class DeviceMarks {
  public:
-  // Records `ready` on `stream` (a cudaStream_t of `device`; null: the legacy default stream).
+  // Records `ready` and `done` on `stream` (a cudaStream_t of `device`; null: the legacy default
+  // stream); the engine records `done` again after the request's work.
   static Status make(int device, void* stream, std::shared_ptr<DeviceMarks>* out);
   ~DeviceMarks();
   DeviceMarks(const DeviceMarks&) = delete;
@@ -37,8 +38,9 @@ class DeviceMarks {
   int device() const { return device_; }
   void* ready() const { return ready_; }
   void* done() const { return done_; }
-  // `stream` waits for `done` without the host waiting; a null stream: the host waits. A request
-  // that failed before its work was queued has no `done` to wait for: this returns at once.
+  // `stream` waits for `done` without the host waiting; a null stream: the host waits. Until the
+  // engine queues the request's work, `done` marks the caller's work up to the enqueue, so a
+  // request that failed before that waits for nothing of the engine's.
   Status waitFor(void* stream) const;
 
  private:
@@ -63,12 +65,11 @@ class DeviceBatches {
   DeviceBatches& operator=(const DeviceBatches&) = delete;
 
   // Runs a batch of device requests (of process set 0) and records each one's `done`; a
-  // failure of one rank's CUDA work is every rank's (the device path agrees on it).
-  Status run(const Batch& batch);
-  // `bytes` of device zeros and a device buffer as large that nobody reads, on the device of
-  // this rank's device requests (device 0 before the first): a joined rank's part of the others'
-  // allreduce (Engine::stand). Valid until the next call.
-  Status joinedBuffers(size_t bytes, const void** zeros, void** sink);
+  // failure of one rank's CUDA work is every rank's (the device path agrees on it). A joined
+  // rank's stand-ins (Engine::stand: `owned` set, no buffers) read device zeros and write a
+  // buffer nobody reads, on the device of this rank's device requests, or before the first one
+  // on `joinDevice` (the device join() was called on; -1: device 0).
+  Status run(const Batch& batch, int joinDevice);
 
  private:
   struct State;

@@ -400,7 +400,7 @@ Status Engine::runBatch(const Batch& batch) {
   }
   Status status;
   if (d.device) {
-    status = deviceBatches().run(batch);
+    status = deviceBatches().run(batch, joinDevice_.load());
     if (timeline_.active()) {
       const std::string detail =
           "on a CUDA device" + (batch.requests.size() > 1

@@ -118,6 +118,10 @@ class Engine {
   // Whether set `id` was registered here and removed since.
   bool processSetRemoved(uint32_t id);
 
+  // The CUDA device of this rank's join() (-1: none known): a joined rank's part of the others'
+  // device allreduces is made there until this rank has made a device request of its own.
+  void setJoinDevice(int device) { joinDevice_.store(device); }
+
   // Changes the fusion threshold. Rank 0's value is the one every rank plans with (it travels in
   // each cycle's response), so a call on rank 0 is what counts.
   void setFusionThreshold(size_t bytes) { fusionThresholdBytes_.store(bytes); }
@@ -183,6 +187,7 @@ class Engine {
   // it.
   Status protocolError_;
   std::atomic<bool> joined_{false};  // this rank's join is in flight
+  std::atomic<int> joinDevice_{-1};
 
   // The background thread's own.
   int32_t lastJoined_ = -1;  // of the current response

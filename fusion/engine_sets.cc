@@ -72,11 +72,9 @@ bool Engine::stand(const std::string& name, const Descriptor& d, std::vector<Req
   spec.descriptor = d;
   spec.checked = true;
   if (d.device) {
-    // Device zeros (fusion/device_batches.h); `owned` stays the mark of a stand-in. A failure
-    // here leaves the buffers null, and the batch's agreement fails it on every rank.
+    // No buffers: the device batch gives it device zeros (fusion/device_batches.h); `owned`
+    // marks a stand-in.
     spec.owned = std::make_shared<std::vector<char>>();
-    void* sink = nullptr;
-    if (deviceBatches().joinedBuffers(d.bytes(), &spec.send, &sink).isOk()) spec.recv = sink;
   } else {
     spec.owned = std::make_shared<std::vector<char>>(d.bytes(), 0);
     spec.send = spec.owned->data();

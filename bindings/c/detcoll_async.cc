@@ -330,8 +330,13 @@ detcoll_status_t detcoll_wait(detcoll_handle_t handle) {
   if (handle == nullptr) return finish(Status::invalidArgument("detcoll_wait: handle is null"));
   Status status = handle->request->wait();
   // A device request: the calling thread's stream waits for its result (or the host, with none).
+  // A failed one may have left work queued (a failure after the collective): the host waits for
+  // it, so that its buffers are free when this returns.
   const auto& marks = handle->request->spec().marks;
-  if (status.isOk() && marks) status = marks->waitFor(callingThreadCudaStream());
+  if (marks) {
+    const Status waited = marks->waitFor(status.isOk() ? callingThreadCudaStream() : nullptr);
+    if (status.isOk()) status = waited;
+  }
   delete handle;
   return finish(status);
 }

@@ -10,6 +10,11 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/runtime.h"
+#include "common/config.h"
+
+#if DETCOLL_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include "collective/agreement.h"
 #include "common/hash.h"
 
@@ -190,6 +195,17 @@ detcoll_status_t detcoll_join(int* last_rank) {
     std::shared_lock<std::shared_mutex> runtime(g_runtimeMutex);
     const char* call = "detcoll_join";
     if (Status s = engineFor(call); !s.isOk()) return finish(s);
+#if DETCOLL_WITH_CUDA
+    // The device of this thread: where a joined rank's part of device allreduces is made until
+    // it has made a device request of its own.
+    int devices = 0;
+    int device = -1;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0 &&
+        cudaGetDevice(&device) == cudaSuccess) {
+      g_runtime->engine->setJoinDevice(device);
+    }
+    (void)cudaGetLastError();
+#endif
     fusion::RequestSpec spec;
     spec.name = fusion::kJoinName;
     spec.descriptor.kind = fusion::RequestKind::kJoin;

@@ -59,22 +59,32 @@ std::vector<Orphan>* g_orphans = new std::vector<Orphan>();
 // Releases the dropped requests that have completed (all of them with `all`, waiting for each:
 // after finalize, every request has completed or failed). Called with the GIL held.
 void reap(bool all) {
-  std::vector<Orphan>& orphans = *g_orphans;
-  size_t kept = 0;
-  for (Orphan& o : orphans) {
-    int done = 0;
-    detcoll_poll(o.handle, &done);
-    if (done == 0 && !all) {
-      orphans[kept++] = o;
-      continue;
+  // The completed orphans leave the list before the GIL is released: another thread may reap,
+  // or drop a request, while this one waits.
+  std::vector<Orphan> finished;
+  {
+    std::vector<Orphan>& orphans = *g_orphans;
+    size_t kept = 0;
+    for (Orphan& o : orphans) {
+      int done = 0;
+      detcoll_poll(o.handle, &done);
+      if (done == 0 && !all) {
+        orphans[kept++] = o;
+      } else {
+        finished.push_back(o);
+      }
     }
-    {
-      py::gil_scoped_release release;
-      detcoll_wait(o.handle);  // its status is nobody's: the handle was dropped
-    }
-    Py_XDECREF(o.keep);
+    orphans.resize(kept);
   }
-  orphans.resize(kept);
+  if (finished.empty()) return;
+  // The host waits for a dropped device request's work before its tensors go: no stream of this
+  // thread is known to order their reuse after it. (Every device call sets its own stream.)
+  detcoll_set_cuda_stream(nullptr);
+  {
+    py::gil_scoped_release release;
+    for (const Orphan& o : finished) detcoll_wait(o.handle);  // its status is nobody's
+  }
+  for (const Orphan& o : finished) Py_XDECREF(o.keep);
 }
 
 // An asynchronous request. wait() completes and releases it; a request dropped without a wait

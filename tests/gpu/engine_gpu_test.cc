@@ -277,6 +277,68 @@ TEST(EngineGpu, ReduceScatterAlltoallBroadcastAllgatherEqualTheHostBits) {
   });
 }
 
+TEST(EngineGpu, AJoinedRankAddsDeviceZerosToGrowingFusedBatches) {
+  DETCOLL_SKIP_WITHOUT_GPU("a joined rank's device stand-ins");
+  // Rank 2 joins; ranks 0 and 1 then allreduce tensors of growing sizes on the device and on the
+  // host in one cycle: the joined rank's part is zeros on both, whatever buffers grew meanwhile.
+  const std::vector<size_t> counts = {10, 1000, 70000, 300000};
+  runRanks(3, [&](Communicator& comm) {
+    ASSERT_TRUE(cudaOk(cudaSetDevice(0)));
+    const int rank = comm.rank();
+    RankEngine e(comm, options(GpuTransport::kMpi));
+    int32_t last = -1;
+    auto join = [&](RequestPtr* request) {
+      RequestSpec spec;
+      spec.name = fusion::kJoinName;
+      spec.descriptor.kind = RequestKind::kJoin;
+      spec.recv = &last;
+      spec.checked = true;
+      return enqueue(*e.engine, std::move(spec), request);
+    };
+    RequestPtr joined;
+    if (rank == 2) {
+      ASSERT_TRUE(ok(join(&joined)));
+      ASSERT_TRUE(ok(joined->wait()));
+      EXPECT_GE(last, 0);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 2 has joined
+    std::vector<std::vector<uint8_t>> inputs, host;
+    std::vector<std::unique_ptr<DeviceBytes>> device;
+    std::vector<RequestPtr> requests;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      inputs.push_back(testing::randomBuffer(DataType::kFloat32, counts[i], 900 + 10 * i + rank));
+      host.push_back(inputs.back());
+      device.push_back(std::make_unique<DeviceBytes>(inputs.back()));
+    }
+    for (size_t i = 0; i < counts.size(); ++i) {
+      requests.emplace_back();
+      ASSERT_TRUE(
+          ok(enqueue(*e.engine,
+                     makeSpec(RequestKind::kAllreduce, "jh" + std::to_string(i), DataType::kFloat32,
+                              counts[i], host[i].data(), host[i].data(), Mode::kInvariant),
+                     &requests.back())));
+      requests.emplace_back();
+      ASSERT_TRUE(ok(enqueue(
+          *e.engine,
+          onDevice(makeSpec(RequestKind::kAllreduce, "jd" + std::to_string(i), DataType::kFloat32,
+                            counts[i], device[i]->data, device[i]->data, Mode::kInvariant),
+                   nullptr),
+          &requests.back())));
+    }
+    for (const RequestPtr& r : requests) {
+      ASSERT_TRUE(ok(r->wait())) << r->name();
+      if (r->spec().marks) ASSERT_TRUE(ok(r->spec().marks->waitFor(nullptr)));
+    }
+    for (size_t i = 0; i < counts.size(); ++i) {
+      EXPECT_EQ(device[i]->host(), host[i]) << "rank " << rank << " tensor " << i;
+      EXPECT_NE(host[i], inputs[i]) << "tensor " << i << " was not reduced";
+    }
+    ASSERT_TRUE(ok(join(&joined)));
+    ASSERT_TRUE(ok(joined->wait()));
+  });
+}
+
 TEST(EngineGpu, HostOnOneRankDeviceOnTheOthersIsAMismatchEverywhere) {
   DETCOLL_SKIP_WITHOUT_GPU("the engine's device descriptor");
   runRanks(3, [&](Communicator& comm) {

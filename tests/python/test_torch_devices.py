@@ -159,6 +159,22 @@ def test_a_request_follows_the_current_stream_and_precedes_its_next_work(mode):
 
 
 @gpu
+def test_an_op_of_two_exchanges_follows_the_callers_stream():
+    # The second exchange (the rows, once every rank's count is known) may be enqueued by the
+    # progress thread: it must still run after the caller's stream, and the result before the
+    # stream that synchronizes.
+    side = torch.cuda.Stream()
+    rows = wide("ag.side", (hvd.rank() + 2, 5))
+    ref = hvd.allgather(rows, name="ags.c")
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # the producer is still running
+        x = rows.cuda() * 1.0
+        handle = hvd.allgather_async(x, name="ags.d")
+    out = hvd.synchronize(handle)  # on the default stream
+    assert same(out, ref)
+
+
+@gpu
 def test_no_host_wait_over_nccl():
     if hvd.size() != 1 or os.environ.get("DETCOLL_GPU_TRANSPORT", "auto") == "mpi":
         pytest.skip("over NCCL at one rank only: the staged transport waits by design")

@@ -93,7 +93,7 @@ def _grouped_allgather_async(tensors, name, process_set, prefix, call, with_rows
         outputs, rows = yield from _allgather_steps(tensors, names, place)
         return (outputs, rows) if with_rows else outputs
 
-    return _Handle(steps(), exchanges=2, names=names, place=place)
+    return _Handle(steps(), exchanges=2, names=names, place=place, tensors=tensors)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -171,7 +171,7 @@ def _reducescatter_async(tensors, name, op, process_set, prescale, postscale, pr
             results.append(out)
         return tuple(results)
 
-    return _Handle(steps(), names=names, place=place)
+    return _Handle(steps(), names=names, place=place, tensors=tensors)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -265,7 +265,7 @@ def _alltoall_async(tensor, splits, name, process_set, call):
         received_splits = torch.tensor(received, dtype=torch.int32)
         return out, received_splits
 
-    return _Handle(steps(), exchanges=2, names=[full], place=place)
+    return _Handle(steps(), exchanges=2, names=[full], place=place, tensors=[tensor])
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):

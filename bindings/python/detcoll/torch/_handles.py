@@ -11,11 +11,24 @@ enqueues the next step when they complete; a caller's synchronize() advances its
 once, without waiting for that thread. A dropped handle stays watched until it completes, so the
 other ranks are never left waiting for its exchanges."""
 
+import contextlib
 import threading
 import time
 
+import torch
+
 import detcoll
 from detcoll import _detcoll
+
+
+def _stream_of(tensors):
+    """torch's current stream of the first CUDA tensor's device, or None for CPU tensors. An op
+    on CUDA tensors runs every step, and waits, on the stream current when it was called,
+    whichever thread advances it (docs/design.md, "Device tensors in the engine")."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            return torch.cuda.current_stream(t.device)
+    return None
 
 
 class _Names:
@@ -50,12 +63,23 @@ class _Names:
                     del cls._in_flight[key]
 
 
+def _record_stream(output, stream):
+    """t.record_stream(stream) for every CUDA tensor of an op's output (nested tuples, lists)."""
+    if isinstance(output, torch.Tensor):
+        if output.is_cuda:
+            output.record_stream(stream)
+    elif isinstance(output, (tuple, list)):
+        for item in output:
+            _record_stream(item, stream)
+
+
 class _Op:
     """An asynchronous op's state: its generator of exchanges, the requests of its current step,
     its outcome. `exchanges` is the number of steps the generator yields; the progress thread
     watches the op until the last one is enqueued, or until it completes once dropped."""
 
-    def __init__(self, steps, exchanges, names, place):
+    def __init__(self, steps, exchanges, names, place, stream=None):
+        self._stream = stream  # CUDA ops: the caller's stream (_stream_of)
         self._steps = steps
         self._exchanges = exchanges
         self._enqueued = 0
@@ -88,9 +112,14 @@ class _Op:
     def _watched(self):
         return not self._done and (self._dropped or self._enqueued < self._exchanges)
 
+    def _on_stream(self):
+        return (torch.cuda.stream(self._stream) if self._stream is not None else
+                contextlib.nullcontext())
+
     def _advance(self, first=False):
         try:
-            pending = next(self._steps) if first else self._steps.send(None)
+            with self._on_stream():
+                pending = next(self._steps) if first else self._steps.send(None)
         except StopIteration as stop:
             self._finish(output=stop.value)
             return
@@ -107,11 +136,12 @@ class _Op:
     def _wait_step(self):
         """Waits for the current step's requests and enqueues the next step. Lock held."""
         error = None
-        for r in self._requests:
-            try:
-                r.wait()
-            except Exception as e:  # noqa: BLE001 (every request is waited for, then raised)
-                error = error or e
+        with self._on_stream():
+            for r in self._requests:
+                try:
+                    r.wait()
+                except Exception as e:  # noqa: BLE001 (every request is waited for, then raised)
+                    error = error or e
         if error is not None:
             self._finish(error=error)
             self._steps.close()
@@ -148,6 +178,13 @@ class _Op:
         with self._lock:
             while not self._done:
                 self._wait_step()
+        if self._stream is not None:
+            # The op's results are ordered on its stream; the caller's may be another, which
+            # then waits for it, and the outputs' memory is not reused before it is done.
+            current = torch.cuda.current_stream(self._stream.device)
+            if current != self._stream:
+                current.wait_stream(self._stream)
+                _record_stream(self._output, current)
         if self._error is not None:
             raise self._error
         return self._output
@@ -158,8 +195,8 @@ class _Handle:
     exchanges to enqueue. Dropping the handle leaves the op to that thread until it completes;
     the thread never holds a handle, so a handle is freed where the caller drops it."""
 
-    def __init__(self, steps, exchanges=1, names=(), place=None):
-        self._op = _Op(steps, exchanges, names, place)
+    def __init__(self, steps, exchanges=1, names=(), place=None, tensors=()):
+        self._op = _Op(steps, exchanges, names, place, _stream_of(tensors))
         self._first_only = False  # the output is the first tensor of the op's tuple
         if self._op._watched():
             _Progress.watch(self._op)

@@ -164,14 +164,16 @@ def _initialize_state(optimizer):
 
 def _describe_state(optimizer):
     """The root's state as every rank needs it: per parameter (group, index), its entries in
-    order, a tensor as (shape, dtype) and any other value as itself."""
+    order, a tensor as (shape, dtype, whether it lives with its parameter rather than on the
+    CPU) and any other value as itself."""
     described = {}
     for g, group in enumerate(optimizer.param_groups):
         for j, p in enumerate(group["params"]):
             if p in optimizer.state:
                 described[(g, j)] = [
-                    (key, ("tensor", tuple(v.shape), v.dtype) if torch.is_tensor(v)
-                     else ("value", v)) for key, v in optimizer.state[p].items()]
+                    (key, ("tensor", tuple(v.shape), v.dtype, v.device.type != "cpu")
+                     if torch.is_tensor(v) else ("value", v))
+                    for key, v in optimizer.state[p].items()]
     return described
 
 
@@ -221,13 +223,12 @@ def broadcast_optimizer_state(optimizer, root_rank):
                 if kind == "value":
                     state[key] = what[0]
                     continue
-                shape, dtype = what
+                shape, dtype, with_param = what
                 mine = state.get(key)
                 if not (torch.is_tensor(mine) and tuple(mine.shape) == shape and
                         mine.dtype == dtype):
-                    # With the parameter, but a 0-d entry (Adam's step) on the CPU, as torch
-                    # keeps it.
-                    device = p.device if shape else torch.device("cpu")
+                    # Where root keeps it: with the parameter, or on the CPU (Adam's step).
+                    device = p.device if with_param else torch.device("cpu")
                     mine = state[key] = torch.zeros(shape, dtype=dtype, device=device)
                 occurrences[key] += 1
                 tensors.append((f"optimizer_state.{key}.{occurrences[key]}", mine))
@@ -283,9 +284,13 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
             raise detcoll.InvalidArgumentError(
                 f"sparse_allreduce_async: expected a sparse COO tensor, got layout "
                 f"{tensor.layout}")
+        if tensor.device.type != "cpu":
+            raise detcoll.InvalidArgumentError(
+                f"sparse_allreduce_async: the sparse tensor is on {tensor.device}; sparse "
+                "reductions run on CPU tensors (use sparse_as_dense=True for CUDA gradients)")
 
     name = str(name)
-    if tensor.is_sparse:
+    if tensor.is_sparse and tensor.device.type == "cpu":
         indices, values = _local_sum(tensor)
     else:  # refused on every rank by the allgather's checks (sparse())
         indices, values = torch.zeros((1, 0), dtype=torch.int64), torch.zeros(0)

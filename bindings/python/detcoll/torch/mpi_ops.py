@@ -355,7 +355,8 @@ def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postsc
     checked_op = _checked(call, checks, names, place)
     outs = tensors if in_place else [torch.empty_like(t) for t in tensors]
     return _Handle(_allreduce_steps(tensors, outs, names, checked_op, prescale_factor,
-                                    postscale_factor, place), names=names, place=place)
+                                    postscale_factor, place), names=names, place=place,
+                   tensors=tensors)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -440,7 +441,7 @@ def _broadcast_async(tensor, root_rank, name, process_set, in_place, call):
             out.copy_(buf)
         return out
 
-    return _Handle(steps(), names=[full], place=place)
+    return _Handle(steps(), names=[full], place=place, tensors=[tensor])
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -478,9 +479,13 @@ def join(device=-1):
     """Horovod's join, for a rank that ran out of data: blocks until every rank has joined,
     meanwhile taking part in the others' allreduces (of the global set) with zeros, so that
     their averages still divide by size(); their other collectives fail naming the ranks that
-    joined (docs/design.md, "Join"). Returns the rank that joined last. `device` is accepted for
-    Horovod's signature: the zeros are on the CPU."""
+    joined (docs/design.md, "Join"). Returns the rank that joined last. `device` (a CUDA device
+    index, as in Horovod) is where this rank's zeros for the others' CUDA allreduces are made
+    until it has made a CUDA request of its own; -1: the current device."""
     _require_init("join")
+    if int(device) >= 0 and _detcoll.cuda_built() and torch.cuda.is_available():
+        with torch.cuda.device(int(device)):
+            return _detcoll.join()
     return _detcoll.join()
 
 

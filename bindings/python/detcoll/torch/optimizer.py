@@ -24,7 +24,7 @@ import torch
 import detcoll
 from detcoll import _detcoll
 from detcoll.debug import trace as _record
-from detcoll.torch._tensors import same_device, use_current_stream
+from detcoll.torch._tensors import use_current_stream
 from detcoll.torch.sample_leaves import _MARK, _SINK
 
 
@@ -285,18 +285,21 @@ class _DistributedOptimizer:
         # invariant mode's bits do not depend on the layout.
         groups = {}
         for p in self._params:
-            groups.setdefault((sampled(p), self._leaves[id(p)][0].dtype), []).append(p)
+            first = self._leaves[id(p)][0]
+            groups.setdefault((sampled(p), first.dtype, first.device), []).append(p)
         size = self._hvd.size()
-        for (kind, dtype), params in groups.items():
+        for (kind, dtype, device), params in groups.items():
             count = len(self._leaves[id(params[0])])
             leaves = [torch.cat([self._leaves[id(p)][l].reshape(-1) for p in params])
                       for l in range(count)]
             out = torch.empty_like(leaves[0])
-            # CUDA gradients: the blocking device path, on torch's current stream.
-            use_current_stream(same_device(leaves + [out], "DistributedOptimizer"))
+            # CUDA gradients: the blocking device path, on torch's current stream. A class per
+            # device too: ranks whose parameters live elsewhere fail on every rank (the name).
+            use_current_stream(device if device.type == "cuda" else None)
             _detcoll.allreduce_leaves([t.data_ptr() for t in leaves], out.data_ptr(), out.numel(),
                                       self._hvd._DTYPES[dtype], self._hvd.Sum,
-                                      f"detcoll.leaves.{'samples.' if kind else ''}{dtype}")
+                                      f"detcoll.leaves.{'samples.' if kind else ''}{dtype}"
+                                      f"{'.cuda' if device.type == 'cuda' else ''}")
             if self._op == self._hvd.Average:
                 out.div_(size)
             elif self._postscale != 1.0:
