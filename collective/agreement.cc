@@ -81,12 +81,14 @@ namespace {
 struct PacketHeader {
   uint32_t magic;
   uint32_t entries;  // kFailed: a failure follows, its status code (1 byte) and its message
+  uint64_t bytes;    // the whole packet's
 };
 constexpr uint32_t kPacketMagic = 0xDCA61EE5;
 constexpr uint32_t kFailed = 0xFFFFFFFF;
 constexpr size_t kLength = sizeof(uint64_t);
 // Every receive takes at least this much, so that a failure's message fits (cut to fit).
 constexpr size_t kLeastReceive = 512;
+constexpr size_t kPieceBytes = Agreement::kPieceBytes;
 // How much longer than the communicator's patience a rank waits for a message its peer sends only
 // after hearing from others (every round after the first): the rank that waits for a silent rank
 // in the first round gives up first, and its notice names that rank.
@@ -109,7 +111,7 @@ void Agreement::pack(int p, int first, int n, const char* slots, const std::vect
   for (int i = 0; i < n; ++i) total += kLength + sizes[(first + i) % p];
   packet->resize(total);
   char* at = packet->data();
-  const PacketHeader header{kPacketMagic, static_cast<uint32_t>(n)};
+  const PacketHeader header{kPacketMagic, static_cast<uint32_t>(n), total};
   std::memcpy(at, &header, sizeof header);
   at += sizeof header;
   for (int i = 0; i < n; ++i) {
@@ -180,7 +182,7 @@ Status Agreement::gather(transport::Communicator& comm, char* slots, std::vector
     capacity = std::max(capacity, kLeastReceive);
     if (received_.size() < capacity) received_.resize(capacity);
     std::unique_ptr<transport::Transfer> receive =
-        comm.irecv(received_.data(), capacity, from, kTagAgreement);
+        comm.irecv(received_.data(), std::min(capacity, kPieceBytes), from, kTagAgreement);
     std::vector<char>& packet = sent_[k];
     if (status.isOk()) {
       pack(p, rank, n, slots, *sizes, &packet);
@@ -189,21 +191,51 @@ Status Agreement::gather(transport::Communicator& comm, char* slots, std::vector
       const std::string& why = status.message();
       const size_t text = std::min(why.size(), kLeastReceive - sizeof(PacketHeader) - 1);
       packet.resize(sizeof(PacketHeader) + 1 + text);
-      const PacketHeader header{kPacketMagic, kFailed};
+      const PacketHeader header{kPacketMagic, kFailed, packet.size()};
       std::memcpy(packet.data(), &header, sizeof header);
       packet[sizeof header] = static_cast<char>(status.code());
       std::memcpy(packet.data() + sizeof header + 1, why.data(), text);
     }
-    sends_.push_back(comm.isend(packet.data(), packet.size(), to, kTagAgreement));
+    for (size_t at = 0; at < packet.size(); at += kPieceBytes) {
+      sends_.push_back(comm.isend(packet.data() + at, std::min(kPieceBytes, packet.size() - at), to,
+                                  kTagAgreement));
+    }
     // Every round's message is waited for, even after a failure.
+    const double grace = k == 0 ? 0 : kForwardedGraceSeconds;
     size_t bytes = 0;
-    const Status got = receive->waitWithGrace(&bytes, k == 0 ? 0 : kForwardedGraceSeconds);
+    Status got = receive->waitWithGrace(&bytes, grace);
+    if (got.isOk()) got = receiveRest(comm, from, capacity, grace, &bytes);
     if (!status.isOk()) continue;
     status = got.isOk() ? unpack(p, from, n, received_.data(), bytes, slots, sizes) : got;
   }
   const Status sent = transport::waitAll(sends_.data(), sends_.size());
   sends_.clear();
   return status.isOk() ? sent : status;
+}
+
+Status Agreement::receiveRest(transport::Communicator& comm, int from, size_t capacity,
+                              double grace, size_t* bytes) {
+  // A first piece shorter than a whole piece is the whole packet; so is anything unreadable,
+  // which unpack() then reports.
+  PacketHeader header;
+  if (*bytes < kPieceBytes || *bytes < sizeof header) return Status::ok();
+  std::memcpy(&header, received_.data(), sizeof header);
+  if (header.magic != kPacketMagic || header.bytes <= *bytes) return Status::ok();
+  if (header.bytes > capacity) return unreadable(from, static_cast<size_t>(header.bytes));
+  const size_t total = static_cast<size_t>(header.bytes);
+  std::vector<std::unique_ptr<transport::Transfer>> rest;
+  for (size_t at = *bytes; at < total; at += kPieceBytes) {
+    rest.push_back(
+        comm.irecv(received_.data() + at, std::min(kPieceBytes, total - at), from, kTagAgreement));
+  }
+  Status status;
+  for (auto& piece : rest) {
+    size_t got = 0;
+    const Status waited = piece->waitWithGrace(&got, grace);  // every piece, even after a failure
+    if (status.isOk()) status = waited;
+    *bytes += got;
+  }
+  return status.isOk() && *bytes != total ? unreadable(from, *bytes) : status;
 }
 
 Status Agreement::exchangeRecords(transport::Communicator& comm, const void* record, size_t bytes,

@@ -66,6 +66,13 @@ Status verdict(const std::vector<Status>& statuses);
 // ranks it reaches return as their failure, so that no rank waits for a message that never comes.
 class Agreement {
  public:
+  // A packet (a round's message: a 16-byte header, then per entry its length, 8 bytes, and its
+  // bytes) travels in pieces of at most this many bytes, each under the eager limit of the
+  // transports' shared-memory and network paths (Open MPI's vader: 4 KiB), so that a call of a
+  // few KiB inline pays no rendezvous: the receiver takes the first piece, learns the packet's
+  // size from its header and takes the rest, which the sender sent right behind it.
+  static constexpr size_t kPieceBytes = 4096 - 128;
+
   // Contributes `bytes` of `record` and gathers every rank's record, each at most `capacity`
   // bytes; record(j) is then rank j's (this rank's own too), recordBytes(j) its size.
   // A record shorter than `minimum`, or longer than `capacity`, is a mismatch: that rank is in
@@ -87,6 +94,10 @@ class Agreement {
   // Packs the entries of ranks first .. first + n - 1 (mod P) into *packet.
   void pack(int p, int first, int n, const char* slots, const std::vector<size_t>& sizes,
             std::vector<char>* packet) const;
+  // After the first piece of a packet from `from` (*bytes of it in received_): the pieces that
+  // follow it, when its header says there are more (at most `capacity` bytes in all).
+  Status receiveRest(transport::Communicator& comm, int from, size_t capacity, double grace,
+                     size_t* bytes);
   // Reads a packet of n entries from rank `from` (the entries of ranks from .. from + n - 1).
   Status unpack(int p, int from, int n, const char* packet, size_t bytes, char* slots,
                 std::vector<size_t>* sizes) const;
