@@ -16,7 +16,8 @@
 # affords (scripts/test.sh): mpi.collectives at np 3 only (np 1, 2 and 4 run the same cases at
 # other world sizes, which the unit tests cover with ranks as threads) and without its two longest
 # cases (FusionMpiTest.ShuffledResNet50*, Invariant.SeveralPipelineRounds*: more data through code
-# the other cases run), no soak; every other mpirun test.
+# the other cases run), no soak, no mpi.invariant.mpi_transport (mpi.collectives' invariant
+# cases again, over the MPI transport); every other mpirun test.
 #
 #   scripts/sanitize.sh                 # build and run
 #   DETCOLL_SANITIZE_BUILD=dir ...      # another build folder
@@ -66,7 +67,7 @@ mpi_filter=()
 case "${DETCOLL_SANITIZE_MPI:-all}" in
   all) ;;
   ci)
-    mpi_select=(-E '^mpi\.(collectives\.np[124]|soak\..*)$')
+    mpi_select=(-E '^mpi\.(collectives\.np[124]|soak\..*|invariant\.mpi_transport\..*)$')
     mpi_filter=(GTEST_FILTER='-FusionMpiTest.ShuffledResNet50*:Invariant.SeveralPipelineRounds*')
     ;;
   *)
