@@ -36,6 +36,7 @@
 #include "collective/collectives.h"
 #include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
+#include "tests/unit/engine_ranks.h"
 #include "tests/unit/unit_test_util.h"
 
 namespace detcoll {
@@ -55,121 +56,7 @@ using testing::kSentinel;
 using testing::randomBuffer;
 using testing::sameBits;
 using testing::untouched;
-
-constexpr DataType kF32 = DataType::kFloat32;
-constexpr size_t kTail = 16;  // sentinel bytes after each output, which must stay untouched
-
-// Success, or the status in the failure message.
-::testing::AssertionResult ok(const Status& s) {
-  if (s.isOk()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << s.toString();
-}
-
-// Runs fn on p ranks as threads. A run that outlives its deadline aborts, naming the test: a
-// hang fails instead of blocking.
-void runRanks(int p, const std::function<void(Communicator&)>& fn) {
-  std::promise<Status> result;
-  std::future<Status> done = result.get_future();
-  std::thread ranks([&] { result.set_value(collective::transport::spawn(p, fn)); });
-  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    std::fprintf(stderr, "%s: still running after 60 s (hung)\n",
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::abort();
-  }
-  ranks.join();
-  ASSERT_TRUE(ok(done.get()));
-}
-
-// An engine over a duplicate of comm (the engine's alone), started.
-struct RankEngine {
-  RankEngine(Communicator& comm, const EngineOptions& options)
-      : comm(static_cast<ThreadCommunicator&>(comm).duplicate()),
-        engine(std::make_unique<Engine>(*this->comm, options)) {
-    EXPECT_TRUE(ok(engine->start()));
-  }
-  std::unique_ptr<ThreadCommunicator> comm;
-  std::unique_ptr<Engine> engine;
-};
-
-// Runs fn with a started engine, then shuts it down.
-void withEngine(Communicator& comm, const EngineOptions& options,
-                const std::function<void(Engine&)>& fn) {
-  RankEngine e(comm, options);
-  fn(*e.engine);
-  e.engine->shutdown();
-}
-
-// The request's status once done; one that never completes fails here instead of blocking.
-Status waitFor(const RequestPtr& request, double seconds = 20) {
-  if (!request) return Status::internal("test: not enqueued");
-  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(seconds));
-  while (!request->done()) {
-    if (Clock::now() > deadline) {
-      return Status::internal("test: '" + request->name() + "' did not complete within " +
-                              std::to_string(seconds) + " s");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return request->wait();
-}
-
-RequestSpec spec(RequestKind kind, const std::string& name, DataType type, size_t count,
-                 const void* send, void* recv, ReduceOp op = ReduceOp::kSum,
-                 Mode mode = Mode::kOrdered, int root = 0) {
-  RequestSpec s;
-  s.name = name;
-  s.descriptor.kind = kind;
-  s.descriptor.type = type;
-  s.descriptor.op = op;
-  s.descriptor.mode = mode;
-  s.descriptor.root = root;
-  s.descriptor.count = count;
-  s.send = send;
-  s.recv = recv;
-  return s;
-}
-
-RequestSpec allreduce(const std::string& name, DataType type, size_t count, const void* send,
-                      void* recv, ReduceOp op = ReduceOp::kSum, Mode mode = Mode::kOrdered) {
-  return spec(RequestKind::kAllreduce, name, type, count, send, recv, op, mode);
-}
-
-RequestPtr enqueueOk(Engine& engine, RequestSpec s, fusion::Request::Callback callback = {}) {
-  RequestPtr request;
-  const std::string name = s.name;
-  EXPECT_TRUE(ok(engine.enqueue(std::move(s), std::move(callback), &request))) << name;
-  EXPECT_TRUE(request != nullptr) << name;
-  return request;
-}
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
-// A failure with this code whose message holds every needle.
-void expectFailure(const Status& s, StatusCode code, const std::vector<std::string>& needles) {
-  EXPECT_EQ(s.code(), code) << s.toString();
-  for (const std::string& n : needles) EXPECT_TRUE(contains(s.message(), n)) << s.message();
-}
-
-Buffer output(size_t bytes) {
-  return Buffer(bytes + kTail, kSentinel);
-}
-
-bool tailUntouched(const Buffer& b, size_t bytes) {
-  return std::all_of(b.begin() + bytes, b.end(), [](uint8_t x) { return x == kSentinel; });
-}
-
-// The reference: the blocking checked allreduce of one tensor on the rank's own communicator.
-Buffer blockingAllreduce(Communicator& comm, Mode mode, const Buffer& in, size_t count,
-                         DataType type, ReduceOp op, const std::string& name) {
-  collective::Collectives c(comm);
-  Buffer out = output(count * dataTypeSize(type));
-  EXPECT_TRUE(ok(c.allreduce(mode, in.data(), out.data(), count, static_cast<int>(type),
-                             static_cast<int>(op), name.c_str())));
-  return out;
-}
+using namespace testing::engines;  // NOLINT: the harness
 
 struct Tensor {
   std::string name;
