@@ -290,6 +290,7 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
   for (const auto& [name, p] : pending_) {
     response.partial = response.partial || now - p.first < kPartialWindow;
   }
+  response.quiet = pending_.empty() && joinedRanks().empty();
   return response;
 }
 

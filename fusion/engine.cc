@@ -1,19 +1,12 @@
 #include "fusion/engine.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <utility>
 
-#include "collective/allgather.h"
-#include "collective/allreduce.h"
-#include "collective/alltoall.h"
-#include "collective/broadcast.h"
 #include "collective/call_checks.h"
-#include "collective/reduce_scatter.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/names.h"
@@ -28,10 +21,6 @@ uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
   Fnv1a h;
   for (const RequestSpec& spec : specs) h.add(spec.name).addByte(0);
   return h.value() == 0 ? 1 : h.value();
-}
-
-std::string kibibytes(size_t bytes) {
-  return std::to_string(bytes / 1024) + " KiB";
 }
 
 }  // namespace
@@ -104,9 +93,9 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
                                                            : stoppedBecause_.message()) +
                             "; " + quotedName(specs[0].name) + " was not enqueued");
   }
-  std::unordered_set<std::string> seen;
+  std::unordered_set<std::string> seen;  // a group's names
   for (const RequestSpec& spec : specs) {
-    if (names_.count(spec.name) > 0 || !seen.insert(spec.name).second) {
+    if (names_.count(spec.name) > 0 || (specs.size() > 1 && !seen.insert(spec.name).second)) {
       return Status::invalidArgument(describeRequest(spec.name, spec.descriptor) +
                                      " is already enqueued on this rank and not complete; "
                                      "names must be unique among requests in flight");
@@ -117,9 +106,28 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
   for (RequestSpec& spec : specs) {
     if (spec.descriptor.kind == RequestKind::kJoin) joined_.store(true);
     names_.insert(spec.name);
-    requests->push_back(std::make_shared<Request>(std::move(spec), callback));
-    queue_.push_back(requests->back());
+    requests->push_back(std::make_shared<Request>(std::move(spec), callback, interest_));
   }
+  if (fast_) {
+    // The fast path: each request to its slot; one the plan does not hold stops it.
+    FastState& f = *fast_;
+    const bool none = f.held == 0;
+    for (const RequestPtr& request : *requests) {
+      if (!placeFast(request)) {
+        f.broken = true;
+        queue_.push_back(request);
+      }
+    }
+    f.lastEnqueue = Clock::now();
+    f.interestAtEnqueue = interest_->load(std::memory_order_relaxed);
+    // The engine wakes for a complete bucket or a broken plan, and for the first request it holds:
+    // from then on it watches for a thread that waits on part of a bucket.
+    if (f.broken || f.filled[f.next] == f.plan.members(f.next) || (none && f.held > 0)) {
+      wake_.notify_one();
+    }
+    return Status::ok();
+  }
+  for (const RequestPtr& request : *requests) queue_.push_back(request);
   // The engine waits for the first request, and then for the burst to be complete: a wake-up
   // per request would only contend for the lock with the thread enqueueing.
   if (first || (burstHint_ > 0 && queue_.size() >= burstHint_)) wake_.notify_one();
@@ -160,7 +168,14 @@ void Engine::finish(const std::vector<RequestPtr>& requests, const Status& statu
     std::lock_guard<std::mutex> lock(mutex_);  // one lock for all their names
     for (const RequestPtr& request : requests) names_.erase(request->name());
   }
-  for (const RequestPtr& request : requests) request->complete(status);
+  std::vector<Request*> settled;
+  settled.reserve(requests.size());
+  for (const RequestPtr& request : requests) {
+    if (request->settle(status)) settled.push_back(request.get());
+  }
+  // Last to first: a thread that waits for them in order wakes once, when its first is released
+  // and the rest are done, instead of once per request (each wake-up is a system call).
+  for (auto it = settled.rbegin(); it != settled.rend(); ++it) (*it)->release();
 }
 
 void Engine::stop(const Status& why) {
@@ -169,6 +184,7 @@ void Engine::stop(const Status& why) {
     std::lock_guard<std::mutex> lock(mutex_);
     stopped_ = true;
     stoppedBecause_ = why;
+    if (fast_) leaveFast();
     queued.swap(queue_);
   }
   for (auto& request : queued) pending_.emplace(request->name(), request);
@@ -199,6 +215,11 @@ void Engine::run() {
   size_t burst = 0;  // requests taken since the engine was last idle
   const auto gather = std::min<Clock::duration>(cycle / 10, std::chrono::microseconds(100));
   for (;;) {
+    if (fast_) {
+      if (!fastRound()) return;
+      next = Clock::now();
+      continue;
+    }
     std::vector<RequestPtr> fresh;
     bool shutdown = false;
     Status abandoned;
@@ -247,6 +268,7 @@ void Engine::run() {
 
     Response response;
     const Status exchanged = exchange(message, &response);
+    cycles_.fetch_add(1, std::memory_order_relaxed);
     // The next cycle starts one cycle time after this exchange ended: that moment is nearly the
     // same on every rank, so the ranks' cycles stay in phase and a request waits at most about
     // one cycle time for its negotiation. While some names are announced by some ranks only, the
@@ -332,164 +354,8 @@ void Engine::run() {
       burst = 0;
     }
     execute(ready, static_cast<size_t>(response.fusionThresholdBytes));
+    if (options_.fastPath) learnStep(response, ready);
   }
-}
-
-DeviceBatches& Engine::deviceBatches() {
-  if (!device_) {
-    DeviceBatches::Options o;
-    o.gpuTransport = options_.gpuTransport;
-    o.segmentBytes = options_.segmentBytes;
-    o.invariantTransport = options_.invariantTransport;
-    device_ = std::make_unique<DeviceBatches>(comm_, o);
-  }
-  return *device_;
-}
-
-Status Engine::allreduce(Communicator& comm, const Descriptor& d, const void* const* send,
-                         void* recv, size_t count) {
-  collective::AllreduceOptions o;
-  o.mode = d.mode;
-  o.leaves = send;
-  o.recv = recv;
-  o.count = count;
-  o.type = d.type;
-  o.op = d.op;
-  o.segmentBytes = options_.segmentBytes;
-  o.invariantTransport = options_.invariantTransport;
-  return collective::allreduce(comm, o);
-}
-
-void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes) {
-  PlanOptions plan;
-  plan.fusionThresholdBytes = fusionThresholdBytes;
-  plan.directBytes = options_.directBytes;
-  for (const Batch& batch : planBatches(ready, plan)) {
-    // The collective trace (docs/design.md, "The debugger"): in-place requests overwrite inputs.
-    // Device batches are not fingerprinted: that would read device memory from the host.
-    const bool fingerprinted = options_.trace && !batch.requests[0]->descriptor().device;
-    std::vector<TraceRecord> traced =
-        fingerprinted ? traceInputs(batch) : std::vector<TraceRecord>();
-    const Status status = runBatch(batch);
-    if (fingerprinted) traceOutputs(batch, std::move(traced), status);
-    if (status.code() != StatusCode::kTimeout) {
-      finish(batch.requests, status);
-      continue;
-    }
-    // A failure of the job during the collective: each request says which it was.
-    const std::string fused =
-        batch.requests.size() > 1
-            ? " (fused with " + std::to_string(batch.requests.size() - 1) + " others)"
-            : std::string();
-    for (const RequestPtr& request : batch.requests) {
-      finish({request}, status.prefixed(std::string(requestKindName(request->descriptor().kind)) +
-                                        " " + quotedName(request->name()) + fused));
-    }
-  }
-}
-
-Status Engine::runBatch(const Batch& batch) {
-  const RequestPtr& lead = batch.requests[0];
-  const Descriptor& d = lead->descriptor();
-  const RequestSpec& spec = lead->spec();
-  const Clock::time_point begin = Clock::now();
-  Communicator* comm = communicatorOf(d.processSet);
-  if (comm == nullptr) {
-    return Status::internal("this rank runs a request of process set " +
-                            std::to_string(d.processSet) + ", which it is not a member of");
-  }
-  Status status;
-  if (d.device) {
-    status = deviceBatches().run(batch, joinDevice_.load());
-    if (timeline_.active()) {
-      const std::string detail =
-          "on a CUDA device" + (batch.requests.size() > 1
-                                    ? ", fused with " + std::to_string(batch.requests.size() - 1) +
-                                          " others, " + kibibytes(batch.bytes)
-                                    : ", " + kibibytes(d.bytes()));
-      for (const RequestPtr& request : batch.requests) {
-        timeline_.phase(request->name(), "DEVICE_QUEUED", begin, Clock::now(), detail);
-      }
-    }
-    return status;
-  }
-  if (d.kind == RequestKind::kJoin) {
-    // Every rank has joined: the join returns the last of them, and this rank trains again.
-    *static_cast<int32_t*>(spec.recv) = lastJoined_;
-    joined_.store(false);
-    return Status::ok();
-  }
-  if (d.kind == RequestKind::kBroadcast) {
-    collective::BroadcastOptions o;
-    o.data = spec.recv;
-    o.bytes = d.bytes();
-    o.root = d.root;
-    status = collective::broadcast(*comm, o);
-  } else if (d.kind == RequestKind::kAllgather) {
-    collective::AllgatherOptions o;
-    o.send = spec.send;
-    o.recv = spec.recv;
-    o.bytes = d.bytes();
-    status = collective::allgather(*comm, o);
-  } else if (d.kind == RequestKind::kReducescatter) {
-    collective::ReduceScatterOptions o;
-    o.mode = d.mode;
-    o.send = spec.send;
-    o.recv = spec.recv;
-    o.blocks.assign(d.blocks.begin(), d.blocks.end());
-    o.type = d.type;
-    o.op = d.op;
-    o.segmentBytes = options_.segmentBytes;
-    status = collective::reduceScatter(*comm, o);
-  } else if (d.kind == RequestKind::kAlltoall) {
-    collective::AlltoallOptions o;
-    o.send = spec.send;
-    o.recv = spec.recv;
-    o.sendCounts = spec.sendCounts;
-    o.recvCounts = spec.recvCounts;
-    o.elementBytes = dataTypeSize(d.type);
-    status = collective::alltoall(*comm, o);
-  } else if (!batch.fused) {
-    status = allreduce(*comm, d, &spec.send, spec.recv, d.count);
-  } else {
-    if (fusionBuffer_.size() < batch.bytes) fusionBuffer_.resize(batch.bytes);
-    char* buffer = fusionBuffer_.data();
-    size_t offset = 0;
-    for (const RequestPtr& request : batch.requests) {
-      const size_t bytes = request->descriptor().bytes();
-      std::memcpy(buffer + offset, request->spec().send, bytes);
-      offset += bytes;
-    }
-    const Clock::time_point copiedIn = Clock::now();
-    const void* fused = buffer;
-    status = allreduce(*comm, d, &fused, buffer, batch.bytes / dataTypeSize(d.type));
-    const Clock::time_point reduced = Clock::now();
-    if (status.isOk()) {
-      offset = 0;
-      for (const RequestPtr& request : batch.requests) {
-        const size_t bytes = request->descriptor().bytes();
-        std::memcpy(request->spec().recv, buffer + offset, bytes);
-        offset += bytes;
-      }
-    }
-    if (timeline_.active()) {
-      const Clock::time_point end = Clock::now();
-      const std::string detail = "fused with " + std::to_string(batch.requests.size() - 1) +
-                                 " others, " + kibibytes(batch.bytes);
-      for (const RequestPtr& request : batch.requests) {
-        timeline_.phase(request->name(), "COPY_IN", begin, copiedIn, detail);
-        timeline_.phase(request->name(), "ALLREDUCE", copiedIn, reduced, detail);
-        timeline_.phase(request->name(), "COPY_OUT", reduced, end, detail);
-      }
-    }
-    return status;
-  }
-  if (timeline_.active()) {
-    std::string phase = requestKindName(d.kind);
-    for (char& c : phase) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    timeline_.phase(lead->name(), phase.c_str(), begin, Clock::now(), kibibytes(d.bytes()));
-  }
-  return status;
 }
 
 }  // namespace detcoll::fusion

@@ -8,7 +8,9 @@
 // announces the requests enqueued since the last cycle to the coordinator (rank 0; coordinator.h),
 // whose response, the same on every rank, lists the requests every rank has announced with the
 // same descriptor and those that failed. Every rank then plans the same batches (planner.h), runs
-// them on the engine's own communicator and completes the requests.
+// them on the engine's own communicator and completes the requests. Once a step has repeated, the
+// engines run it on the fast path instead, without cycles or the coordinator (fast_path.h;
+// docs/design.md, "The fast path").
 //
 // Errors: a name enqueued again before its request completed is refused at once on that rank;
 // a request that fails a local check (null buffer, root out of range, ...) fails on every rank,
@@ -38,6 +40,7 @@
 #include "collective/transport/communicator.h"
 #include "fusion/coordinator.h"
 #include "fusion/device_batches.h"
+#include "fusion/fast_path.h"
 #include "fusion/planner.h"
 #include "fusion/request.h"
 #include "fusion/response_cache.h"
@@ -64,6 +67,20 @@ struct EngineOptions {
   std::shared_ptr<Trace> trace;
   // Receives the coordinator's stall warnings (rank 0); unset: logged at WARN.
   std::function<void(const std::string&)> warn;
+  // The fast path of a repeated step (fast_path.h; DETCOLL_FAST_PATH). Every rank must give the
+  // same value.
+  bool fastPath = true;
+  // How long a rank on the fast path waits with nothing enqueued before it votes to stop it (at
+  // most a quarter of the stall limits, when they are on).
+  double fastIdleSeconds = 1;
+};
+
+// What the engine has done, for tests and benchmarks.
+struct EngineStats {
+  uint64_t cycles = 0;        // negotiation cycles
+  uint64_t fastRequests = 0;  // requests run on the fast path
+  uint64_t fastStarts = 0;    // times the engines started the fast path
+  uint64_t fastStops = 0;     // ... and went back to negotiating
 };
 
 class Engine {
@@ -126,11 +143,28 @@ class Engine {
   // each cycle's response), so a call on rank 0 is what counts.
   void setFusionThreshold(size_t bytes) { fusionThresholdBytes_.store(bytes); }
 
+  EngineStats stats() const;
+
  private:
   void loop();
   void run();  // the cycles, until the engines stop
   Status exchange(const RankMessage& mine, Response* response);
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
+  // Runs one batch (with its trace records) and completes its requests.
+  void runAndFinish(const Batch& batch);
+
+  // The fast path (engine_fast.cc). After a cycle: learns the step from its ready requests, and
+  // starts the fast path where the response allows it and the step has repeated.
+  void learnStep(const Response& response, const std::vector<RequestPtr>& ready);
+  // One round of the fast path: waits until the next bucket is complete here (or a reason to stop
+  // it), votes, and runs the buckets every rank has or stops the fast path. False when the engine
+  // stopped.
+  bool fastRound();
+  // mutex_ held: puts a request in its slot of the plan; false when it has none (the fast path
+  // must stop).
+  bool placeFast(const RequestPtr& request);
+  // mutex_ held: ends the fast path here; the requests it holds go back to the queue.
+  void leaveFast();
   // The trace's records of a batch (engine_trace.cc): its inputs' fingerprints, taken before it
   // runs, then its outputs' (or the batch's error), appended before its requests complete.
   std::vector<TraceRecord> traceInputs(const Batch& batch);
@@ -189,9 +223,32 @@ class Engine {
   std::atomic<bool> joined_{false};  // this rank's join is in flight
   std::atomic<int> joinDevice_{-1};
 
+  // The fast path's state, shared with the enqueuing threads (under mutex_); null while the
+  // engines negotiate.
+  struct FastState {
+    explicit FastState(FastPlan p);
+    FastPlan plan;
+    std::vector<std::vector<RequestPtr>> slots;  // [bucket][member]
+    std::vector<size_t> filled;                  // of each bucket's slots
+    size_t held = 0;                             // requests in slots
+    size_t next = 0;                             // the bucket that runs next
+    bool broken = false;                         // a request arrived that the plan does not hold
+    Clock::time_point lastEnqueue;
+    uint64_t interestAtEnqueue = 0;  // *interest_ at the last enqueue
+  };
+  std::unique_ptr<FastState> fast_;
+  // Counts wait() and done() calls on requests not yet done (Request's `interest`).
+  const std::shared_ptr<std::atomic<uint64_t>> interest_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
+  std::atomic<uint64_t> cycles_{0};
+  std::atomic<uint64_t> fastRequests_{0};
+  std::atomic<uint64_t> fastStarts_{0};
+  std::atomic<uint64_t> fastStops_{0};
+
   // The background thread's own.
   int32_t lastJoined_ = -1;  // of the current response
   ResponseCache cache_;
+  StepTracker steps_;
   std::unordered_map<std::string, RequestPtr> pending_;  // announced, not yet answered
   std::vector<char> fusionBuffer_;
   std::unique_ptr<DeviceBatches> device_;

@@ -137,7 +137,8 @@ std::vector<uint8_t> encode(const Response& resp) {
   w.put(kResponseMagic);
   // One byte: 0, or the status code of the shutdown (never kSuccess).
   w.put<uint8_t>(resp.shutdown ? static_cast<uint8_t>(resp.shutdownCode) : 0);
-  w.put<uint8_t>(resp.partial);
+  // One byte of flags: 1 partial, 2 quiet.
+  w.put<uint8_t>(static_cast<uint8_t>((resp.partial ? 1 : 0) | (resp.quiet ? 2 : 0)));
   w.put<uint64_t>(resp.fusionThresholdBytes);
   w.put<int32_t>(resp.lastJoined);
   w.putString(resp.shutdownReason);
@@ -160,7 +161,7 @@ Status decode(const uint8_t* data, size_t size, Response* resp) {
   ByteReader r(data, size);
   uint32_t magic = 0;
   uint8_t shutdown = 0;
-  uint8_t partial = 0;
+  uint8_t partial = 0;  // the flags byte
   uint32_t n = 0;
   if (!r.get(&magic) || magic != kResponseMagic || !r.get(&shutdown) || !r.get(&partial) ||
       !r.get(&resp->fusionThresholdBytes) || !r.get(&resp->lastJoined) ||
@@ -172,7 +173,9 @@ Status decode(const uint8_t* data, size_t size, Response* resp) {
   resp->shutdown = shutdown != 0;
   resp->shutdownCode =
       shutdown != 0 ? static_cast<StatusCode>(shutdown) : StatusCode::kNotInitialized;
-  resp->partial = partial != 0;
+  if (partial > 3) return malformed("response");
+  resp->partial = (partial & 1) != 0;
+  resp->quiet = (partial & 2) != 0;
   resp->ready.resize(n);
   for (ReadyEntry& e : resp->ready) {
     if (!r.getString(&e.name) || !getDescriptor(r, &e.descriptor)) return malformed("response");

@@ -73,6 +73,10 @@ struct Response {
   // probably being enqueued right now, so the next cycle starts at once instead of a cycle time
   // later.
   bool partial = false;
+  // Nothing is pending at the coordinator after this response (every name announced has been
+  // answered) and no rank has joined: a point where the engines may start the fast path of a
+  // repeated step together (fast_path.h).
+  bool quiet = false;
   // Rank 0's fusion threshold: every rank plans this cycle's batches with it, so that a threshold
   // set differently on some rank cannot make ranks run different collectives.
   uint64_t fusionThresholdBytes = 0;

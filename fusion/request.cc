@@ -60,29 +60,38 @@ std::string describe(const Descriptor& d) {
 
 bool Request::done() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_ && interest_) interest_->fetch_add(1, std::memory_order_relaxed);
   return done_;
 }
 
 Status Request::wait() const {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_ && interest_) interest_->fetch_add(1, std::memory_order_relaxed);
   cv_.wait(lock, [&] { return done_; });
   return status_;
 }
 
-void Request::complete(Status status) {
+bool Request::settle(Status status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completing_) return;
+    if (completing_) return false;
     completing_ = true;
     status_ = std::move(status);
+    // Without a callback it is done now; release() only wakes the waiters.
+    if (!callback_) done_ = true;
   }
   // The callback runs before waiters wake, so that a binding's callback has finished with the
   // request's buffers when wait() returns.
   if (callback_) callback_(status_);
-  {
+  return true;
+}
+
+void Request::release() {
+  if (callback_) {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
   }
+  // A waiter that saw done_ false under the lock is asleep on cv_ by now, or will see it true.
   cv_.notify_all();
 }
 

@@ -4,6 +4,7 @@
 // on), where its data lives, and its completion, which a framework thread waits or polls on or
 // hears through a callback.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -108,8 +109,14 @@ class Request {
  public:
   using Callback = std::function<void(const Status&)>;
 
-  Request(RequestSpec spec, Callback callback)
-      : spec_(std::move(spec)), callback_(std::move(callback)), enqueued_(Clock::now()) {}
+  // `interest`, when given, counts the calls of wait() and done() made before the request was
+  // done: the engine's fast path (fast_path.h) learns from it that a thread waits.
+  Request(RequestSpec spec, Callback callback,
+          std::shared_ptr<std::atomic<uint64_t>> interest = nullptr)
+      : spec_(std::move(spec)),
+        callback_(std::move(callback)),
+        interest_(std::move(interest)),
+        enqueued_(Clock::now()) {}
 
   const RequestSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
@@ -121,11 +128,21 @@ class Request {
   Status wait() const;
   // The first call sets the status, runs the callback (on the calling thread) and wakes waiters;
   // later calls do nothing.
-  void complete(Status status);
+  void complete(Status status) {
+    if (settle(std::move(status))) release();
+  }
+  // complete() in two steps, so that a batch's requests all settle before any waiter wakes (one
+  // wake-up per batch for a thread that waits for them in turn, not one per request): the first
+  // settle() sets the status and runs the callback, and returns true; its caller must then
+  // release(), which wakes the waiters. Later settle() calls do nothing and return false. A
+  // request without a callback is done (done(), wait()) once settled.
+  bool settle(Status status);
+  void release();
 
  private:
   const RequestSpec spec_;
   const Callback callback_;
+  const std::shared_ptr<std::atomic<uint64_t>> interest_;
   const Clock::time_point enqueued_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;

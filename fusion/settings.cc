@@ -1,5 +1,7 @@
 #include "fusion/settings.h"
 
+#include <string>
+
 namespace detcoll::fusion {
 
 Status loadEngineSettings(Environment& env, EngineOptions* options) {
@@ -20,6 +22,18 @@ Status loadEngineSettings(Environment& env, EngineOptions* options) {
   }
   if (const char* v = env.get("DETCOLL_STALL_SHUTDOWN_SECONDS", nullptr, &used)) {
     DETCOLL_RETURN_IF_ERROR(parseNumber(used, v, kStallSecondsRange, &result.stallShutdownSeconds));
+  }
+  if (const char* v = env.get("DETCOLL_FAST_PATH", "HOROVOD_CACHE_CAPACITY", &used)) {
+    if (std::string(used) == "DETCOLL_FAST_PATH") {
+      const std::string text = v;
+      if (text != "0" && text != "1") return invalidValue(used, text, "0 (off) or 1 (on)");
+      result.fastPath = text == "1";
+    } else {
+      // Horovod's response cache: 0 turns it off, and with it every shortcut of a known request.
+      uint64_t capacity = 0;
+      DETCOLL_RETURN_IF_ERROR(parseInteger(used, v, kCacheCapacityRange, &capacity));
+      result.fastPath = capacity > 0;
+    }
   }
   *options = std::move(result);
   return Status::ok();

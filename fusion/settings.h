@@ -14,6 +14,10 @@
 //                                                        0.1 to 86400
 //   DETCOLL_STALL_SHUTDOWN_SECONDS                       fail a stalled request after (600; 0:
 //                                                        never), 0.1 to 86400
+//   DETCOLL_FAST_PATH (HOROVOD_CACHE_CAPACITY)           the fast path of a repeated step
+//                                                        (fusion/fast_path.h): 1 (default) or 0;
+//                                                        Horovod's capacity 0 turns it off, any
+//                                                        other (0 to 2^32) leaves it on
 
 #include "common/env.h"
 #include "common/status.h"
@@ -32,6 +36,8 @@ constexpr NumberRange kCycleTimeMsRange{0, 1000, false, "milliseconds"};
 // moment after the others would be reported or failed in normal running; above a day a stall is
 // a hang, for which 0 is the honest setting.
 constexpr NumberRange kStallSecondsRange{0.1, 86400, true, "seconds"};
+// Horovod's HOROVOD_CACHE_CAPACITY, of which only 0 (no cache) means anything here.
+constexpr IntegerRange kCacheCapacityRange{0, uint64_t{1} << 32, "entries"};
 
 // Those fields of *options from `env` (the others left as they are); on an invalid value, the
 // error and *options untouched.

@@ -3,17 +3,19 @@
 // no per-tensor cost at all).
 //
 //   mpirun -np 2 detcoll_fusion_perf [-n iterations] [-w warmup] [-m ordered|invariant|native]
-//                                    [-t threshold] [-c cycle_ms] [model ...]
+//                                    [-t threshold] [-c cycle_ms] [-F 0|1] [model ...]
 //
 // A model is a workload file (tests/support/workload.h; resnet50 and bert_base by default). For
 // each model two sets are timed: its tensors under 64 KiB (batch-norm and bias vectors, the
 // latency-bound part fusion exists for) and the whole step. A step enqueues every tensor of the
 // set in workload order, float32 average, and waits for all; its time is the slowest rank's.
-// Fused runs the engine with the fusion threshold (-t, default 64 MiB); unfused the same engine
-// with threshold 0 (HOROVOD_FUSION_THRESHOLD=0); the three run alternately, step by step, on the
-// same buffers, each step starting at a random point of the engine's cycle. #wrong counts
+// Fused runs an engine with the fusion threshold (-t, default 64 MiB); unfused another with
+// threshold 0 (HOROVOD_FUSION_THRESHOLD=0); the three run alternately, step by step, on the
+// same buffers, each step starting at a random point of the engine's cycle. Both engines take the
+// fast path of a repeated step unless -F 0 (fusion/fast_path.h); the share of requests that took
+// it is printed after each model. #wrong counts
 // elements where the fused result's bits differ from the unfused one's (in ordered and invariant
-// mode there must be none). The timeline (-T) records both engines' steps. -C FILE appends the
+// mode there must be none). The timeline (-T) records the fused engine's steps. -C FILE appends the
 // table's rows to a CSV file as well (rank 0; tests/bench/bench_csv.h).
 
 #include <mpi.h>
@@ -49,17 +51,19 @@ struct Options {
   Mode mode = Mode::kOrdered;
   size_t threshold = 64 << 20;
   double cycleMs = 1.0;
+  bool fastPath = true;  // -F 0: every step negotiated
   std::string timeline;  // of the fused engine
   std::string csv;       // -C: the CSV file the rows are appended to
   std::vector<std::string> models;
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "%s\nusage: detcoll_fusion_perf [-n iterations] [-w warmup] "
-               "[-m ordered|invariant|native] [-t threshold_bytes] [-c cycle_ms] [-T timeline] "
-               "[-C csv_file] [model ...]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "%s\nusage: detcoll_fusion_perf [-n iterations] [-w warmup] "
+      "[-m ordered|invariant|native] [-t threshold_bytes] [-c cycle_ms] [-F 0|1] [-T timeline] "
+      "[-C csv_file] [model ...]\n",
+      why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
 }
@@ -84,6 +88,8 @@ Options parse(int argc, char** argv) {
       o.timeline = value;
     } else if (flag == "-C") {
       o.csv = value;
+    } else if (flag == "-F") {
+      o.fastPath = std::atoi(value.c_str()) != 0;
     } else if (flag == "-c") {
       o.cycleMs = std::atof(value.c_str());
     } else if (flag == "-m") {
@@ -152,13 +158,14 @@ double flatStep(const std::vector<float>& in, std::vector<float>& out) {
 
 std::unique_ptr<fusion::Engine> makeEngine(
     std::unique_ptr<detcoll::collective::transport::MpiCommunicator>& comm, size_t threshold,
-    double cycleMs, const std::string& timeline = "") {
+    double cycleMs, bool fastPath, const std::string& timeline = "") {
   require(detcoll::collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &comm),
           "communicator");
   fusion::EngineOptions options;
   options.fusionThresholdBytes = threshold;
   options.cycleTimeMs = cycleMs;
   options.timelinePath = timeline;
+  options.fastPath = fastPath;
   auto engine = std::make_unique<fusion::Engine>(*comm, options);
   require(engine->start(), "engine");
   return engine;
@@ -176,9 +183,12 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
 
-  // One engine, its threshold switched between steps on every rank (no request in flight).
-  std::unique_ptr<detcoll::collective::transport::MpiCommunicator> comm;
-  auto engine = makeEngine(comm, o.threshold, o.cycleMs, o.timeline);
+  // Two engines, fused and unfused, each on its own communicator: the fast path of a repeated
+  // step (fusion/fast_path.h) keeps the threshold its step was planned with, so one engine whose
+  // threshold changed every step would negotiate every step.
+  std::unique_ptr<detcoll::collective::transport::MpiCommunicator> fusedComm, unfusedComm;
+  auto fused = makeEngine(fusedComm, o.threshold, o.cycleMs, o.fastPath, o.timeline);
+  auto unfused = makeEngine(unfusedComm, 0, o.cycleMs, o.fastPath);
 
   detcoll::bench::CsvFile csv;
   if (rank == 0 && !o.csv.empty()) {
@@ -229,13 +239,13 @@ int main(int argc, char** argv) {
       }
       std::vector<float> flatIn(set->total, 1.0f), flatOut(set->total);
       double tFused = 0, tUnfused = 0, tFlat = 0;
+      const fusion::EngineStats fusedBefore = fused->stats();
+      const fusion::EngineStats unfusedBefore = unfused->stats();
       std::mt19937 rng(12345);  // the same pauses on every rank
       for (int it = 0; it < o.warmup + o.iterations; ++it) {
         const double pause = o.cycleMs * static_cast<double>(rng() % 1000) / 1000.0;
-        engine->setFusionThreshold(o.threshold);
-        const double a = step(*engine, *set, o.mode, in, outFused, pause);
-        engine->setFusionThreshold(0);
-        const double b = step(*engine, *set, o.mode, in, outUnfused, pause);
+        const double a = step(*fused, *set, o.mode, in, outFused, pause);
+        const double b = step(*unfused, *set, o.mode, in, outUnfused, pause);
         const double c = flatStep(flatIn, flatOut);
         if (it >= o.warmup) {
           tFused += a;
@@ -257,6 +267,15 @@ int main(int argc, char** argv) {
                     set->label.c_str(), set->names.size(), set->total * 4, 1e3 * tFused / n,
                     1e3 * tUnfused / n, 1e3 * tFlat / n, totalWrong, tUnfused / tFused,
                     tFused / tFlat);
+        const fusion::EngineStats f = fused->stats();
+        const fusion::EngineStats u = unfused->stats();
+        const double requests = static_cast<double>(set->names.size()) * (o.warmup + o.iterations);
+        std::printf(
+            "#   fast path: fused %.0f%% of requests, unfused %.0f%% (%llu and %llu stops)\n",
+            100.0 * static_cast<double>(f.fastRequests - fusedBefore.fastRequests) / requests,
+            100.0 * static_cast<double>(u.fastRequests - unfusedBefore.fastRequests) / requests,
+            static_cast<unsigned long long>(f.fastStops - fusedBefore.fastStops),
+            static_cast<unsigned long long>(u.fastStops - unfusedBefore.fastStops));
         std::fflush(stdout);
         csv.row("%s,%d,%zu,%.6g,%s,%s,%zu,%zu,%.6g,%.6g,%.6g,%ld,%.6g,%.6g",
                 detcoll::modeName(o.mode).c_str(), p, o.threshold, o.cycleMs, model.c_str(),
@@ -265,9 +284,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  engine->shutdown();
-  engine.reset();
-  comm.reset();
+  fused->shutdown();
+  unfused->shutdown();
+  fused.reset();
+  unfused.reset();
+  fusedComm.reset();
+  unfusedComm.reset();
   MPI_Finalize();
   return 0;
 }

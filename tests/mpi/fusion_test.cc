@@ -1,10 +1,11 @@
 // The fusion engine under mpirun: the ResNet-50 gradient set enqueued in a different shuffled
 // order on every rank, with random pauses, under several fusion thresholds and cycle times, gives
 // exactly the bits of the same tensors reduced one by one with the blocking call, in ordered and
-// invariant mode, every time. Then the asynchronous C API (allreduce, grouped, broadcast,
-// allgather) and its errors, each seen on every rank: mismatch, duplicate name, a bad argument on
-// one rank, a stall, and a shutdown with a request in flight. Every wait is bounded by the
-// engine's own stall limit, so nothing here can hang.
+// invariant mode, every step, negotiated and on the fast path of a repeated step. Then the
+// asynchronous C API (allreduce, grouped, broadcast, allgather) and its errors, each seen on every
+// rank: mismatch, duplicate name, a bad argument on one rank, a stall, and a shutdown with a
+// request in flight. Every wait is bounded by the engine's own stall limit, so nothing here can
+// hang.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -107,24 +108,27 @@ TEST(FusionMpiTest, ShuffledResNet50MatchesOneByOneUnderEveryThresholdAndCycle) 
   const Gradients& g = resnet50();
   ASSERT_FALSE(g.shapes.empty());
   const EngineConfig configs[] = {{0, 0.5}, {1 << 20, 2.0}, {64 << 20, 0.5}};
+  // Three steps on one engine: the first two negotiated, the last on the fast path of a
+  // repeated step (fusion/fast_path.h), each rank's order shuffled anew every step.
+  constexpr int kSteps = 3;
   std::mt19937_64 rng;
   for (detcoll_mode_t mode : {DETCOLL_MODE_ORDERED, DETCOLL_MODE_INVARIANT}) {
     const std::vector<Bytes> reference = oneByOne(g, mode, DETCOLL_AVERAGE);
     for (const EngineConfig& config : configs) {
-      for (int rep = 0; rep < 3; ++rep) {
-        const std::string label = "mode " + std::to_string(mode) + " threshold " +
-                                  std::to_string(config.threshold) + " cycle " +
-                                  std::to_string(config.cycleMs) + " rep " + std::to_string(rep);
+      const std::string engineLabel = "mode " + std::to_string(mode) + " threshold " +
+                                      std::to_string(config.threshold) + " cycle " +
+                                      std::to_string(config.cycleMs);
+      std::unique_ptr<collective::transport::MpiCommunicator> comm;
+      ASSERT_TRUE(collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &comm).isOk());
+      fusion::EngineOptions options;
+      options.fusionThresholdBytes = config.threshold;
+      options.cycleTimeMs = config.cycleMs;
+      options.stallShutdownSeconds = 120;  // bounds the test if a rank lost a request
+      fusion::Engine engine(*comm, options);
+      ASSERT_TRUE(engine.start().isOk());
+      for (int step = 0; step < kSteps; ++step) {
+        const std::string label = engineLabel + " step " + std::to_string(step);
         SCOPED_TRACE(label);
-        std::unique_ptr<collective::transport::MpiCommunicator> comm;
-        ASSERT_TRUE(collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &comm).isOk());
-        fusion::EngineOptions options;
-        options.fusionThresholdBytes = config.threshold;
-        options.cycleTimeMs = config.cycleMs;
-        options.stallShutdownSeconds = 120;  // bounds the test if a rank lost a request
-        fusion::Engine engine(*comm, options);
-        ASSERT_TRUE(engine.start().isOk());
-
         std::vector<Bytes> out(g.shapes.size());
         std::vector<fusion::RequestPtr> requests(g.shapes.size());
         std::string failure;
@@ -148,10 +152,16 @@ TEST(FusionMpiTest, ShuffledResNet50MatchesOneByOneUnderEveryThresholdAndCycle) 
           const Status s = request->wait();
           if (!s.isOk() && failure.empty()) failure = request->name() + ": " + s.toString();
         }
-        engine.shutdown();
         if (failure.empty()) failure = compare(g, out, reference);
         expectOnAllRanks(failure.empty(), label + ": " + failure);
       }
+      const fusion::EngineStats stats = engine.stats();
+      engine.shutdown();
+      expectOnAllRanks(stats.fastStarts == 1 && stats.fastStops == 0 &&
+                           stats.fastRequests == (kSteps - 2) * g.shapes.size(),
+                       engineLabel + ": fast path started " + std::to_string(stats.fastStarts) +
+                           " times, stopped " + std::to_string(stats.fastStops) + ", ran " +
+                           std::to_string(stats.fastRequests) + " requests");
     }
   }
 }

@@ -133,6 +133,7 @@ Response sampleResponse() {
   Response r;
   r.shutdown = true;
   r.partial = true;
+  r.quiet = true;
   r.fusionThresholdBytes = 123456789;
   r.shutdownReason = "rank 3 shut detcoll down";
   for (uint32_t id : {0u, 65u, 129u}) r.cachedReady.set(id);
@@ -163,6 +164,7 @@ void expectEqual(const Response& a, const Response& b) {
   ASSERT_EQ(summary(a), summary(b));  // names, ids, codes, shutdown
   EXPECT_EQ(a.shutdownReason, b.shutdownReason);
   EXPECT_EQ(a.partial, b.partial);
+  EXPECT_EQ(a.quiet, b.quiet);
   EXPECT_EQ(a.fusionThresholdBytes, b.fusionThresholdBytes);
   for (size_t i = 0; i < a.ready.size(); ++i) {
     EXPECT_EQ(a.ready[i].descriptor, b.ready[i].descriptor) << i;
@@ -216,6 +218,7 @@ TEST(FusionNegotiationTest, MessagesRoundTrip) {
     Response decoded = sampleResponse();
     decoded.shutdown = !original.shutdown;
     decoded.partial = !original.partial;
+    decoded.quiet = !original.quiet;
     decoded.shutdownReason = "stale";
     ASSERT_TRUE(decodeBytes(fusion::encode(original), &decoded).isOk());
     expectEqual(decoded, original);
@@ -748,6 +751,28 @@ TEST(FusionCoordinatorTest, PartialWhileANameIsYoungOnSomeRanksOnly) {
   r = c.process({RankMessage(), announce({"a"}), announce({"a"})}, at(0.007));
   EXPECT_EQ(summary(r), "ready a");
   EXPECT_FALSE(r.partial);
+}
+
+TEST(FusionCoordinatorTest, QuietWhenNothingIsPendingAndNoRankHasJoined) {
+  // The point where the engines may start the fast path of a repeated step together.
+  Coordinator c(3, quiet());
+  Response r = c.process({announce({"a", "b"}), announce({"a"}), announce({"a"})}, at(0));
+  EXPECT_EQ(summary(r), "ready a");
+  EXPECT_FALSE(r.quiet) << "'b' is pending";
+  r = c.process({RankMessage(), announce({"b"}), announce({"b"})}, at(0.001));
+  EXPECT_EQ(summary(r), "ready b");
+  EXPECT_TRUE(r.quiet);
+  const Descriptor join = other(RequestKind::kJoin, 0);
+  r = c.process({announce({fusion::kJoinName}, join), RankMessage(), RankMessage()}, at(0.002));
+  EXPECT_FALSE(r.quiet) << "rank 0 has joined";
+  r = c.process({RankMessage(), announce({"c"}), announce({"c"})}, at(0.003));
+  EXPECT_EQ(summary(r), "ready c");
+  EXPECT_FALSE(r.quiet) << "rank 0 has joined, and the join is pending";
+  r = c.process(
+      {RankMessage(), announce({fusion::kJoinName}, join), announce({fusion::kJoinName}, join)},
+      at(0.004));
+  EXPECT_TRUE(r.quiet) << "every rank has joined: the join is ready and the next starts afresh";
+  EXPECT_TRUE(c.process({RankMessage(), RankMessage(), RankMessage()}, at(0.005)).quiet);
 }
 
 TEST(FusionCoordinatorTest, ShutdownNamesTheRank) {
