@@ -17,9 +17,9 @@ namespace {
 using collective::transport::Communicator;
 
 // The name hash of the members' names, each ended by a zero byte; never 0 (no group).
-uint64_t groupKeyOf(const std::vector<RequestSpec>& specs) {
+uint64_t groupKeyOf(const RequestSpec* specs, size_t n) {
   Fnv1a h;
-  for (const RequestSpec& spec : specs) h.add(spec.name).addByte(0);
+  for (size_t i = 0; i < n; ++i) h.add(specs[i].name).addByte(0);
   return h.value() == 0 ? 1 : h.value();
 }
 
@@ -67,22 +67,26 @@ std::string Engine::localCheck(const RequestSpec& spec) const {
 }
 
 Status Engine::enqueue(RequestSpec spec, Request::Callback callback, RequestPtr* request) {
-  std::vector<RequestSpec> specs;
-  specs.push_back(std::move(spec));
-  std::vector<RequestPtr> requests;
-  DETCOLL_RETURN_IF_ERROR(enqueueGroup(std::move(specs), callback, &requests));
-  *request = requests[0];
-  return Status::ok();
+  return admit(&spec, 1, callback, request);
 }
 
 Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callback& callback,
                             std::vector<RequestPtr>* requests) {
   requests->clear();
   if (specs.empty()) return Status::invalidArgument("a group needs at least one request");
-  const uint64_t key = specs.size() > 1 ? groupKeyOf(specs) : 0;
-  for (RequestSpec& spec : specs) {
+  std::vector<RequestPtr> made(specs.size());
+  DETCOLL_RETURN_IF_ERROR(admit(specs.data(), specs.size(), callback, made.data()));
+  *requests = std::move(made);
+  return Status::ok();
+}
+
+Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& callback,
+                     RequestPtr* requests) {
+  const uint64_t key = n > 1 ? groupKeyOf(specs, n) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    RequestSpec& spec = specs[i];
     spec.descriptor.groupKey = key;
-    spec.descriptor.groupSize = static_cast<uint32_t>(specs.size());
+    spec.descriptor.groupSize = static_cast<uint32_t>(n);
     spec.localError = localCheck(spec);
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -94,8 +98,9 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
                             "; " + quotedName(specs[0].name) + " was not enqueued");
   }
   std::unordered_set<std::string> seen;  // a group's names
-  for (const RequestSpec& spec : specs) {
-    if (names_.count(spec.name) > 0 || (specs.size() > 1 && !seen.insert(spec.name).second)) {
+  for (size_t i = 0; i < n; ++i) {
+    const RequestSpec& spec = specs[i];
+    if (names_.count(spec.name) > 0 || (n > 1 && !seen.insert(spec.name).second)) {
       return Status::invalidArgument(describeRequest(spec.name, spec.descriptor) +
                                      " is already enqueued on this rank and not complete; "
                                      "names must be unique among requests in flight");
@@ -103,19 +108,19 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
   }
   const bool first = queue_.empty();
   if (first) firstQueued_ = Clock::now();
-  for (RequestSpec& spec : specs) {
-    if (spec.descriptor.kind == RequestKind::kJoin) joined_.store(true);
-    names_.insert(spec.name);
-    requests->push_back(std::make_shared<Request>(std::move(spec), callback, interest_));
+  for (size_t i = 0; i < n; ++i) {
+    if (specs[i].descriptor.kind == RequestKind::kJoin) joined_.store(true);
+    names_.insert(specs[i].name);
+    requests[i] = std::make_shared<Request>(std::move(specs[i]), callback, interest_);
   }
   if (fast_) {
     // The fast path: each request to its slot; one the plan does not hold stops it.
     FastState& f = *fast_;
     const bool none = f.held == 0;
-    for (const RequestPtr& request : *requests) {
-      if (!placeFast(request)) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!placeFast(requests[i])) {
         f.broken = true;
-        queue_.push_back(request);
+        queue_.push_back(requests[i]);
       }
     }
     f.lastEnqueue = Clock::now();
@@ -127,7 +132,7 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
     }
     return Status::ok();
   }
-  for (const RequestPtr& request : *requests) queue_.push_back(request);
+  for (size_t i = 0; i < n; ++i) queue_.push_back(requests[i]);
   // The engine waits for the first request, and then for the burst to be complete: a wake-up
   // per request would only contend for the lock with the thread enqueueing.
   if (first || (burstHint_ > 0 && queue_.size() >= burstHint_)) wake_.notify_one();

@@ -146,6 +146,9 @@ class Engine {
   EngineStats stats() const;
 
  private:
+  // enqueue() and enqueueGroup(): n > 0 specs (moved from), and their requests on success.
+  Status admit(RequestSpec* specs, size_t n, const Request::Callback& callback,
+               RequestPtr* requests);
   void loop();
   void run();  // the cycles, until the engines stop
   Status exchange(const RankMessage& mine, Response* response);
