@@ -290,7 +290,9 @@ Response Coordinator::process(const std::vector<RankMessage>& messages, Clock::t
   for (const auto& [name, p] : pending_) {
     response.partial = response.partial || now - p.first < kPartialWindow;
   }
-  response.quiet = pending_.empty() && joinedRanks().empty();
+  bool fastPathOff = false;
+  for (const RankMessage& m : messages) fastPathOff = fastPathOff || m.fastPathOff;
+  response.quiet = pending_.empty() && joinedRanks().empty() && !fastPathOff;
   return response;
 }
 

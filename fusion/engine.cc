@@ -74,10 +74,11 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
                             std::vector<RequestPtr>* requests) {
   requests->clear();
   if (specs.empty()) return Status::invalidArgument("a group needs at least one request");
-  std::vector<RequestPtr> made(specs.size());
-  DETCOLL_RETURN_IF_ERROR(admit(specs.data(), specs.size(), callback, made.data()));
-  *requests = std::move(made);
-  return Status::ok();
+  // Filled under the engine's lock, before any callback of theirs can run.
+  requests->resize(specs.size());
+  const Status status = admit(specs.data(), specs.size(), callback, requests->data());
+  if (!status.isOk()) requests->clear();
+  return status;
 }
 
 Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& callback,
@@ -111,7 +112,7 @@ Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& call
   for (size_t i = 0; i < n; ++i) {
     if (specs[i].descriptor.kind == RequestKind::kJoin) joined_.store(true);
     names_.insert(specs[i].name);
-    requests[i] = std::make_shared<Request>(std::move(specs[i]), callback, interest_);
+    requests[i] = std::make_shared<Request>(std::move(specs[i]), callback);
   }
   if (fast_) {
     // The fast path: each request to its slot; one the plan does not hold stops it.
@@ -124,7 +125,6 @@ Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& call
       }
     }
     f.lastEnqueue = Clock::now();
-    f.interestAtEnqueue = interest_->load(std::memory_order_relaxed);
     // The engine wakes for a complete bucket or a broken plan, and for the first request it holds:
     // from then on it watches for a thread that waits on part of a bucket.
     if (f.broken || f.filled[f.next] == f.plan.members(f.next) || (none && f.held > 0)) {
@@ -173,14 +173,30 @@ void Engine::finish(const std::vector<RequestPtr>& requests, const Status& statu
     std::lock_guard<std::mutex> lock(mutex_);  // one lock for all their names
     for (const RequestPtr& request : requests) names_.erase(request->name());
   }
+  // A request with a callback is complete before the next one's callback runs, so that a callback
+  // finds the batch's earlier requests done. The others are done once settled, and their waiters
+  // wake at the end, last to first: a thread that waits for them in order wakes once, when its
+  // first is released and the rest are done, instead of once per request (each wake-up is a
+  // system call).
   std::vector<Request*> settled;
   settled.reserve(requests.size());
-  for (const RequestPtr& request : requests) {
-    if (request->settle(status)) settled.push_back(request.get());
+  const auto wake = [&] {
+    for (auto it = settled.rbegin(); it != settled.rend(); ++it) (*it)->release();
+  };
+  try {
+    for (const RequestPtr& request : requests) {
+      if (!request->settle(status)) continue;
+      if (request->hasCallback()) {
+        request->release();
+      } else {
+        settled.push_back(request.get());
+      }
+    }
+  } catch (...) {
+    wake();  // a callback threw: the settled ones' waiters still wake
+    throw;
   }
-  // Last to first: a thread that waits for them in order wakes once, when its first is released
-  // and the rest are done, instead of once per request (each wake-up is a system call).
-  for (auto it = settled.rbegin(); it != settled.rend(); ++it) (*it)->release();
+  wake();
 }
 
 void Engine::stop(const Status& why) {
@@ -259,6 +275,7 @@ void Engine::run() {
 
     RankMessage message;
     message.shutdown = shutdown;
+    message.fastPathOff = !options_.fastPath;
     for (const RequestPtr& request : fresh) {
       pending_.emplace(request->name(), request);
       const RequestSpec& spec = request->spec();
@@ -359,7 +376,7 @@ void Engine::run() {
       burst = 0;
     }
     execute(ready, static_cast<size_t>(response.fusionThresholdBytes));
-    if (options_.fastPath) learnStep(response, ready);
+    if (options_.fastPath) learnStep(response);
   }
 }
 

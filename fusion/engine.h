@@ -156,9 +156,9 @@ class Engine {
   // Runs one batch (with its trace records) and completes its requests.
   void runAndFinish(const Batch& batch);
 
-  // The fast path (engine_fast.cc). After a cycle: learns the step from its ready requests, and
-  // starts the fast path where the response allows it and the step has repeated.
-  void learnStep(const Response& response, const std::vector<RequestPtr>& ready);
+  // The fast path (engine_fast.cc). After a cycle: learns the step from the response's ready
+  // requests, and starts the fast path where the response allows it and the step has repeated.
+  void learnStep(const Response& response);
   // One round of the fast path: waits until the next bucket is complete here (or a reason to stop
   // it), votes, and runs the buckets every rank has or stops the fast path. False when the engine
   // stopped.
@@ -237,12 +237,11 @@ class Engine {
     size_t next = 0;                             // the bucket that runs next
     bool broken = false;                         // a request arrived that the plan does not hold
     Clock::time_point lastEnqueue;
-    uint64_t interestAtEnqueue = 0;  // *interest_ at the last enqueue
+    Clock::time_point lastRun;  // when this rank last ran buckets
+    // Whether a thread waits on (or has polled) a request this rank holds.
+    bool heldAwaited() const;
   };
   std::unique_ptr<FastState> fast_;
-  // Counts wait() and done() calls on requests not yet done (Request's `interest`).
-  const std::shared_ptr<std::atomic<uint64_t>> interest_ =
-      std::make_shared<std::atomic<uint64_t>>(0);
   std::atomic<uint64_t> cycles_{0};
   std::atomic<uint64_t> fastRequests_{0};
   std::atomic<uint64_t> fastStarts_{0};

@@ -43,18 +43,20 @@ EngineStats Engine::stats() const {
   return s;
 }
 
-void Engine::learnStep(const Response& response, const std::vector<RequestPtr>& ready) {
-  // Every rank reads the same responses and keeps the same cache, so every rank learns the same
-  // steps and starts the fast path after the same response.
+void Engine::learnStep(const Response& response) {
+  // From the response alone, which every rank reads alike (not from the requests this rank ran: a
+  // process set's request runs on its members only), so every rank learns the same steps and
+  // starts the fast path after the same response.
   bool eligible = response.errors.empty();
   std::vector<uint32_t> ids;
-  ids.reserve(ready.size());
-  for (const RequestPtr& request : ready) {
-    if (!eligible) break;
-    const Descriptor& d = request->descriptor();
-    const auto id = cache_.find(request->name(), d);
-    eligible = fastEligible(d) && request->spec().owned == nullptr && id.has_value();
-    if (eligible) ids.push_back(*id);
+  for (uint32_t id : response.cachedReady.ids()) {
+    eligible = eligible && cache_.contains(id) && fastEligible(cache_.descriptor(id));
+    ids.push_back(id);
+  }
+  for (const ReadyEntry& e : response.ready) {
+    const auto id = cache_.find(e.name, e.descriptor);  // recorded before the batches ran
+    eligible = eligible && id.has_value() && fastEligible(e.descriptor);
+    if (id) ids.push_back(*id);
   }
   if (!eligible) {
     steps_.reset();
@@ -78,8 +80,16 @@ void Engine::learnStep(const Response& response, const std::vector<RequestPtr>& 
       queue_.push_back(request);
     }
   }
-  fast_->lastEnqueue = Clock::now();
-  fast_->interestAtEnqueue = interest_->load(std::memory_order_relaxed);
+  fast_->lastEnqueue = fast_->lastRun = Clock::now();
+}
+
+bool Engine::FastState::heldAwaited() const {
+  for (const auto& bucket : slots) {
+    for (const RequestPtr& request : bucket) {
+      if (request && request->awaited()) return true;
+    }
+  }
+  return false;
 }
 
 bool Engine::placeFast(const RequestPtr& request) {
@@ -124,14 +134,14 @@ bool Engine::fastRound() {
     for (;;) {
       if (shutdownRequested_ || f.broken || f.filled[f.next] == f.plan.members(f.next)) break;
       const Clock::time_point now = Clock::now();
-      const Clock::duration quiet = now - f.lastEnqueue;
-      if (quiet >= idleLimit) break;
-      Clock::time_point until = f.lastEnqueue + idleLimit;
+      // Idle: nothing enqueued, nothing run (a rank's own long buckets are not idleness).
+      const Clock::time_point active = std::max(f.lastEnqueue, f.lastRun);
+      if (now - active >= idleLimit) break;
+      Clock::time_point until = active + idleLimit;
       if (f.held > 0) {
-        // Part of a step is here: a thread waiting on it while nothing else comes means the
-        // rest will not come. Interest is polled: waiters do not know the engine.
-        const bool waited = interest_->load(std::memory_order_relaxed) != f.interestAtEnqueue;
-        if (waited && quiet >= waitedGrace) break;
+        // Part of a step is here: a thread waiting on a request of it while nothing else comes
+        // means the rest will not come. Waiters do not know the engine: it looks.
+        if (now - f.lastEnqueue >= waitedGrace && f.heldAwaited()) break;
         until = std::min(until, now + waitedGrace);
       }
       wake_.wait_until(lock, until);
@@ -211,6 +221,8 @@ bool Engine::fastRound() {
     runAndFinish(batch);
   }
   fastRequests_.fetch_add(requests, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fast_) fast_->lastRun = Clock::now();
   return true;
 }
 

@@ -102,7 +102,8 @@ std::vector<uint32_t> BitSet::ids() const {
 std::vector<uint8_t> encode(const RankMessage& m) {
   ByteWriter w;
   w.put(kRankMessageMagic);
-  w.put<uint8_t>(m.shutdown);
+  // One byte of flags: 1 shutdown, 2 fast path off.
+  w.put<uint8_t>(static_cast<uint8_t>((m.shutdown ? 1 : 0) | (m.fastPathOff ? 2 : 0)));
   putBits(w, m.cached);
   w.put<uint32_t>(static_cast<uint32_t>(m.announced.size()));
   for (const Announcement& a : m.announced) {
@@ -116,13 +117,15 @@ std::vector<uint8_t> encode(const RankMessage& m) {
 Status decode(const uint8_t* data, size_t size, RankMessage* m) {
   ByteReader r(data, size);
   uint32_t magic = 0;
-  uint8_t shutdown = 0;
+  uint8_t shutdown = 0;  // the flags byte
   uint32_t n = 0;
   if (!r.get(&magic) || magic != kRankMessageMagic || !r.get(&shutdown) ||
       !getBits(r, &m->cached) || !r.get(&n) || !plausibleCount(r, n)) {
     return malformed("message from a rank");
   }
-  m->shutdown = shutdown != 0;
+  if (shutdown > 3) return malformed("message from a rank");
+  m->shutdown = (shutdown & 1) != 0;
+  m->fastPathOff = (shutdown & 2) != 0;
   m->announced.resize(n);
   for (Announcement& a : m->announced) {
     if (!r.getString(&a.name) || !getDescriptor(r, &a.descriptor) || !r.getString(&a.error)) {

@@ -44,8 +44,9 @@ struct Announcement {
 };
 
 struct RankMessage {
-  bool shutdown = false;  // this rank asks every rank to stop
-  BitSet cached;          // cache ids of newly enqueued requests the cache describes
+  bool shutdown = false;     // this rank asks every rank to stop
+  bool fastPathOff = false;  // this rank's engine does not take the fast path (fast_path.h)
+  BitSet cached;             // cache ids of newly enqueued requests the cache describes
   std::vector<Announcement> announced;
 };
 
@@ -74,8 +75,8 @@ struct Response {
   // later.
   bool partial = false;
   // Nothing is pending at the coordinator after this response (every name announced has been
-  // answered) and no rank has joined: a point where the engines may start the fast path of a
-  // repeated step together (fast_path.h).
+  // answered), no rank has joined, and no rank's fast path is off: a point where the engines may
+  // start the fast path of a repeated step together (fast_path.h).
   bool quiet = false;
   // Rank 0's fusion threshold: every rank plans this cycle's batches with it, so that a threshold
   // set differently on some rank cannot make ranks run different collectives.

@@ -60,14 +60,17 @@ std::string describe(const Descriptor& d) {
 
 bool Request::done() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!done_ && interest_) interest_->fetch_add(1, std::memory_order_relaxed);
+  if (!done_) polled_.store(true);
   return done_;
 }
 
 Status Request::wait() const {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_ && interest_) interest_->fetch_add(1, std::memory_order_relaxed);
-  cv_.wait(lock, [&] { return done_; });
+  if (!done_) {
+    waiting_.fetch_add(1);
+    cv_.wait(lock, [&] { return done_; });
+    waiting_.fetch_sub(1);
+  }
   return status_;
 }
 

@@ -109,14 +109,8 @@ class Request {
  public:
   using Callback = std::function<void(const Status&)>;
 
-  // `interest`, when given, counts the calls of wait() and done() made before the request was
-  // done: the engine's fast path (fast_path.h) learns from it that a thread waits.
-  Request(RequestSpec spec, Callback callback,
-          std::shared_ptr<std::atomic<uint64_t>> interest = nullptr)
-      : spec_(std::move(spec)),
-        callback_(std::move(callback)),
-        interest_(std::move(interest)),
-        enqueued_(Clock::now()) {}
+  Request(RequestSpec spec, Callback callback)
+      : spec_(std::move(spec)), callback_(std::move(callback)), enqueued_(Clock::now()) {}
 
   const RequestSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
@@ -135,15 +129,21 @@ class Request {
   // wake-up per batch for a thread that waits for them in turn, not one per request): the first
   // settle() sets the status and runs the callback, and returns true; its caller must then
   // release(), which wakes the waiters. Later settle() calls do nothing and return false. A
-  // request without a callback is done (done(), wait()) once settled.
+  // request without a callback is done (done(), wait()) once settled; one with a callback once
+  // released.
   bool settle(Status status);
   void release();
+  bool hasCallback() const { return static_cast<bool>(callback_); }
+  // A thread waits on it, or polled it before it was done: the engine's fast path
+  // (fast_path.h) learns that somebody needs a request it holds.
+  bool awaited() const { return waiting_.load() > 0 || polled_.load(); }
 
  private:
   const RequestSpec spec_;
   const Callback callback_;
-  const std::shared_ptr<std::atomic<uint64_t>> interest_;
   const Clock::time_point enqueued_;
+  mutable std::atomic<uint32_t> waiting_{0};  // threads in wait()
+  mutable std::atomic<bool> polled_{false};   // done() returned false
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool completing_ = false;  // complete() has been called

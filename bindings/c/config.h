@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/collectives.h"
 #include "collective/settings.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -29,5 +30,10 @@ struct Config {
 // Every layer's settings from `lookup`; the first invalid value is the error, and *config is
 // then untouched.
 Status loadConfig(const EnvLookup& lookup, Config* config);
+
+// Agrees, at init, on the settings every rank must share beside the mode (DETCOLL_GPU_TRANSPORT,
+// DETCOLL_INVARIANT_TRANSPORT, DETCOLL_FAST_PATH): a rank whose value differs fails init on every
+// rank, naming the variable and each rank's value.
+Status agreeOnSettings(const Config& config, collective::Collectives& collectives);
 
 }  // namespace detcoll::bindings::c

@@ -161,36 +161,6 @@ Mode currentMode() {
 
 namespace {
 
-// DETCOLL_GPU_TRANSPORT, the same on every rank (a rank staging through host memory while another
-// runs NCCL would wait forever); nccl in a build without NCCL fails init on every rank.
-Status agreeOnGpuTransport(Runtime& runtime) {
-  const collective::GpuTransport transport = runtime.config.collective.gpuTransport;
-  Status local = Status::ok();
-  if (transport == collective::GpuTransport::kNccl && !DETCOLL_WITH_NCCL) {
-    local = Status::invalidArgument("DETCOLL_GPU_TRANSPORT is nccl, but this build has no NCCL");
-  }
-  collective::AgreedValue mine;
-  mine.present = true;
-  mine.words[0] = static_cast<uint64_t>(transport);
-  auto name = [](const collective::AgreedValue& v) -> std::string {
-    return collective::gpuTransportName(static_cast<collective::GpuTransport>(v.words[0]));
-  };
-  return runtime.collectives->agreeOnValue("init", "DETCOLL_GPU_TRANSPORT", local, mine, name);
-}
-
-// DETCOLL_INVARIANT_TRANSPORT, the same on every rank: the transports exchange different messages.
-Status agreeOnInvariantTransport(Runtime& runtime) {
-  collective::AgreedValue mine;
-  mine.present = true;
-  mine.words[0] = static_cast<uint64_t>(runtime.config.collective.invariantTransport);
-  auto name = [](const collective::AgreedValue& v) -> std::string {
-    return collective::invariantTransportName(
-        static_cast<collective::InvariantTransport>(v.words[0]));
-  };
-  return runtime.collectives->agreeOnValue("init", "DETCOLL_INVARIANT_TRANSPORT", Status::ok(),
-                                           mine, name);
-}
-
 Status initialize() {
   if (g_runtime) return Status::ok();
   int initialized = 0;
@@ -232,8 +202,7 @@ Status initialize() {
   // A trace directory that cannot be written fails init on every rank, like a bad variable.
   if (local.isOk()) local = prepareTrace(*runtime);
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
-  DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(*runtime));
-  DETCOLL_RETURN_IF_ERROR(agreeOnInvariantTransport(*runtime));
+  DETCOLL_RETURN_IF_ERROR(agreeOnSettings(runtime->config, *runtime->collectives));
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
 
   MPI_Comm node = MPI_COMM_NULL;

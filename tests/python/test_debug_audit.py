@@ -21,7 +21,8 @@ KEYS = {"source", "setting", "value", "status", "why", "fix"}
 # Variables the audit inspects that the planted cases set; cleared before each test.
 PLANTED = ("DETCOLL_DETERMINISM", "DETCOLL_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
            "HOROVOD_CYCLE_TIME", "DETCOLL_CYCLE_TIME", "PYTHONHASHSEED", "NCCL_ALGO",
-           "TF_XLA_FLAGS", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
+           "TF_XLA_FLAGS", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "DETCOLL_FAST_PATH",
+           "HOROVOD_CACHE_CAPACITY")
 
 
 @pytest.fixture(autouse=True)
@@ -100,6 +101,18 @@ def test_detcoll_threshold_takes_precedence_over_horovods(monkeypatch):
         ("DETCOLL_FUSION_THRESHOLD", "1048576", "ok")]
     ignored = one(findings, "HOROVOD_FUSION_THRESHOLD", "horovod-env")
     assert "ignored" in ignored["why"] and ignored["status"] == "info"
+
+
+def test_horovods_cache_capacity_is_read_as_the_fast_path_unless_ours_is_set(monkeypatch):
+    monkeypatch.setenv("HOROVOD_CACHE_CAPACITY", "0")
+    read = one(local(), "HOROVOD_CACHE_CAPACITY", "horovod-env")
+    assert read["status"] == "info" and "read as DETCOLL_FAST_PATH" in read["why"], read
+    monkeypatch.setenv("DETCOLL_FAST_PATH", "1")
+    findings = local()
+    ignored = one(findings, "HOROVOD_CACHE_CAPACITY", "horovod-env")
+    assert "ignored" in ignored["why"], ignored
+    ours = one(findings, "DETCOLL_FAST_PATH", "detcoll-env")
+    assert (ours["status"], ours["value"]) == ("info", "1") and "no effect on bits" in ours["why"]
 
 
 def test_python_hash_seed_unset_is_a_risk_and_set_is_ok(monkeypatch):

@@ -525,5 +525,95 @@ TEST(FusionFastPathTest, ANewThresholdOnRankZeroStopsItAndTheBitsStay) {
   }
 }
 
+TEST(FusionFastPathTest, AProcessSetThatLeavesOutARankKeepsEveryRankNegotiating) {
+  // Ranks 0 and 1 also reduce "p" in set {0, 1} every step. The steps are learned from the
+  // responses, which every rank reads alike, so rank 2 does not start the fast path alone (the
+  // set's request is never part of a step: all negotiate).
+  std::vector<std::unique_ptr<ThreadCommunicator>> members(2);
+  ASSERT_TRUE(ok(collective::transport::spawn(2, [&](Communicator& c) {
+    members[c.rank()] = static_cast<ThreadCommunicator&>(c).duplicate();
+  })));
+  std::vector<EngineStats> stats(kRanks);
+  runRanks(kRanks, [&](Communicator& comm) {
+    const int r = comm.rank();
+    withEngine(comm, fastOptions(), [&](Engine& engine) {
+      ASSERT_TRUE(ok(engine.addProcessSet(1, {0, 1}, r < 2 ? std::move(members[r]) : nullptr)));
+      ASSERT_TRUE(ok(collective::barrier(comm)));
+      for (int s = 0; s < 5; ++s) {
+        const Buffer in = randomBuffer(kF32, 8, 10 * s + r);
+        Buffer out = output(32), setOut = output(32);
+        const Buffer ref =
+            blockingAllreduce(comm, Mode::kOrdered, in, 8, kF32, ReduceOp::kSum, "g");
+        RequestPtr g = enqueueOk(engine, allreduce("g", kF32, 8, in.data(), out.data()));
+        RequestPtr p;
+        if (r < 2) {
+          RequestSpec set = allreduce("p", kF32, 8, in.data(), setOut.data());
+          set.descriptor.processSet = 1;
+          p = enqueueOk(engine, std::move(set));
+          ASSERT_TRUE(ok(waitFor(p))) << "rank " << r << " step " << s;
+        }
+        ASSERT_TRUE(ok(waitFor(g))) << "rank " << r << " step " << s;
+        EXPECT_TRUE(sameBits(out.data(), ref.data(), 8, kF32)) << "rank " << r << " step " << s;
+      }
+      stats[r] = engine.stats();
+    });
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(stats[r].fastStarts, 0u) << "rank " << r;
+}
+
+TEST(FusionFastPathTest, OffOnOneRankKeepsEveryRankNegotiating) {
+  // The C API refuses this at init (DETCOLL_FAST_PATH differs); an engine on its own must not
+  // hang on it either: a rank whose fast path is off says so in every message.
+  const std::vector<Tensor> tensors = stepTensors();
+  std::vector<EngineStats> stats(kRanks);
+  runRanks(kRanks, [&](Communicator& comm) {
+    EngineOptions options = fastOptions();
+    options.fastPath = comm.rank() != 1;
+    withEngine(comm, options, [&](Engine& engine) {
+      Step step(comm, engine, Mode::kOrdered, ReduceOp::kSum);
+      for (int s = 0; s < 5; ++s) step.run(tensors, s);
+      stats[comm.rank()] = engine.stats();
+    });
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(stats[r].fastStarts, 0u) << "rank " << r;
+}
+
+TEST(FusionFastPathTest, ACallbackFindsItsBatchsEarlierRequestsDone) {
+  // A group of three, one callback: each call finds the members before it done (a callback may
+  // wait on them), on the fast path and negotiated alike.
+  runRanks(kRanks, [&](Communicator& comm) {
+    const int r = comm.rank();
+    withEngine(comm, fastOptions(), [&](Engine& engine) {
+      for (int s = 0; s < 5; ++s) {
+        std::vector<Buffer> in, out;
+        std::vector<RequestSpec> specs;
+        for (int k = 0; k < 3; ++k) {
+          in.push_back(randomBuffer(kF32, 16, 100 * s + 10 * k + r));
+          out.push_back(output(64));
+          specs.push_back(
+              allreduce("m" + std::to_string(k), kF32, 16, in[k].data(), out[k].data()));
+        }
+        std::vector<RequestPtr> requests;
+        std::atomic<int> calls{0};
+        std::atomic<int> earlierNotDone{0};
+        ASSERT_TRUE(ok(engine.enqueueGroup(
+            specs,
+            [&](const Status&) {
+              const int k = calls++;
+              for (int j = 0; j < k; ++j) {
+                if (!requests[j]->done()) ++earlierNotDone;
+                (void)requests[j]->wait();  // would block the engine forever if not done
+              }
+            },
+            &requests)));
+        for (const RequestPtr& request : requests) ASSERT_TRUE(ok(waitFor(request)));
+        EXPECT_EQ(calls.load(), 3) << "rank " << r << " step " << s;
+        EXPECT_EQ(earlierNotDone.load(), 0) << "rank " << r << " step " << s;
+      }
+      EXPECT_GE(engine.stats().fastRequests, 3u) << "rank " << r;
+    });
+  });
+}
+
 }  // namespace
 }  // namespace detcoll

@@ -38,6 +38,8 @@ DETCOLL_VARS = dict.fromkeys(
 DETCOLL_VARS["DETCOLL_CYCLE_TIME"] = "which tensors share a fusion buffer: bits in native mode only"
 DETCOLL_VARS["DETCOLL_GPU_TRANSPORT"] = "how device buffers travel: bits in native mode only"
 DETCOLL_VARS["DETCOLL_INVARIANT_TRANSPORT"] = "how invariant sums travel: no effect on bits"
+DETCOLL_VARS["DETCOLL_FAST_PATH"] = ("whether a repeated step skips the negotiation (it keeps the "
+                                     "batches of the run it learned from): no effect on bits")
 KNOWN_DETCOLL = sorted({*DETCOLL_VARS, "DETCOLL_DETERMINISM", "DETCOLL_FUSION_THRESHOLD",
                         "DETCOLL_SEED"})
 NCCL_TUNING = ("NCCL_ALGO NCCL_PROTO NCCL_MIN_NCHANNELS NCCL_MAX_NCHANNELS NCCL_NTHREADS "
@@ -133,6 +135,12 @@ def check_horovod_env(ctx):
         elif name == "HOROVOD_CYCLE_TIME":
             yield finding("horovod-env", name, env(name), INFO, f"read as {ours}: " +
                           DETCOLL_VARS[ours], NONE)
+        elif name == "HOROVOD_CACHE_CAPACITY":
+            why = ("ignored: DETCOLL_FAST_PATH is set and takes precedence"
+                   if env("DETCOLL_FAST_PATH") else
+                   "read as DETCOLL_FAST_PATH (0: off, any other value: on): " +
+                   DETCOLL_VARS["DETCOLL_FAST_PATH"])
+            yield finding("horovod-env", name, env(name), INFO, why, NONE)
         elif name != "HOROVOD_FUSION_THRESHOLD":  # that one: check_fusion
             yield finding("horovod-env", name, env(name), INFO, "detcoll does not read it; in "
                           "ordered or invariant mode no Horovod setting is needed",
