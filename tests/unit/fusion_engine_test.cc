@@ -42,14 +42,6 @@
 namespace detcoll {
 namespace {
 
-using collective::transport::Communicator;
-using collective::transport::ThreadCommunicator;
-using fusion::Clock;
-using fusion::Engine;
-using fusion::EngineOptions;
-using fusion::RequestKind;
-using fusion::RequestPtr;
-using fusion::RequestSpec;
 using testing::Buffer;
 using testing::expectSameFailureEverywhere;
 using testing::kSentinel;
