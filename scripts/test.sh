@@ -7,7 +7,7 @@
 #  3. scripts/fuzz.sh: every fuzz target of tests/fuzz/ for 20 s (DETCOLL_FUZZ_SECONDS), in
 #     build-fuzz/.
 # Each part prints its summary; the run fails if any part does, after running them all. On the
-# 2-core CI machine the setup takes about 5 minutes, parts 1, 2 and 3 about 9, 13 and 1. Part 1
+# 2-core CI machine the setup takes about 5 minutes, parts 1, 2 and 3 about 10, 13 and 1. Part 1
 # runs as many tests at once as there are cores (DETCOLL_TEST_JOBS): most of its time is spent
 # in multi-process tests that wait on each other, not on the CPU.
 #
