@@ -8,41 +8,23 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <future>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collective/transport/thread_communicator.h"
 #include "tests/support/wide_bits.h"
+#include "tests/unit/unit_test_util.h"
 
 namespace detcoll {
 namespace {
 
 using collective::transport::Communicator;
 using testing::Buffer;
+using testing::runRanks;
 using testing::Slab;
-
-// Runs fn on p ranks as threads; a run past 60 s aborts (a hang fails instead of blocking).
-void runRanks(int p, const std::function<void(Communicator&)>& fn) {
-  std::promise<Status> result;
-  std::future<Status> done = result.get_future();
-  std::thread ranks([&] { result.set_value(collective::transport::spawn(p, fn)); });
-  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    std::fprintf(stderr, "%s: still running after 60 s (hung)\n",
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::abort();
-  }
-  ranks.join();
-  const Status s = done.get();
-  ASSERT_TRUE(s.isOk()) << s.toString();
-}
 
 bool untouched(const Buffer& b) {
   for (uint8_t x : b) {

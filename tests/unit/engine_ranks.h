@@ -3,7 +3,7 @@
 // Fusion engines on ranks as threads (fusion/engine.h), for the unit tests: each rank's engine
 // over a duplicate of its communicator, requests and their checks, and the blocking collective
 // as the reference. Every run has a deadline: a hang aborts with the test's name instead of
-// blocking.
+// blocking (runRanks, tests/unit/unit_test_util.h).
 
 #include <gtest/gtest.h>
 
@@ -34,6 +34,7 @@ using fusion::EngineOptions;
 using fusion::RequestKind;
 using fusion::RequestPtr;
 using fusion::RequestSpec;
+using testing::runRanks;  // on ranks as threads, with a deadline (unit_test_util.h)
 
 inline constexpr DataType kF32 = DataType::kFloat32;
 inline constexpr size_t kTail = 16;  // sentinel bytes after each output, which must stay untouched
@@ -42,21 +43,6 @@ inline constexpr size_t kTail = 16;  // sentinel bytes after each output, which 
 inline ::testing::AssertionResult ok(const Status& s) {
   if (s.isOk()) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << s.toString();
-}
-
-// Runs fn on p ranks as threads. A run that outlives its deadline aborts, naming the test: a
-// hang fails instead of blocking.
-inline void runRanks(int p, const std::function<void(Communicator&)>& fn) {
-  std::promise<Status> result;
-  std::future<Status> done = result.get_future();
-  std::thread ranks([&] { result.set_value(collective::transport::spawn(p, fn)); });
-  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    std::fprintf(stderr, "%s: still running after 60 s (hung)\n",
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::abort();
-  }
-  ranks.join();
-  ASSERT_TRUE(ok(done.get()));
 }
 
 // An engine over a duplicate of comm (the engine's alone), started.

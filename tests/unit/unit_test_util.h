@@ -7,10 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <future>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/collectives.h"
@@ -54,6 +59,22 @@ inline void runRanks(int p, const std::function<void(collective::Collectives&, i
         fn(collectives, comm.rank());
       });
   ASSERT_TRUE(spawned.isOk()) << spawned.toString();
+}
+
+// Runs fn on p ranks as threads, each with its rank's communicator. A run that outlives 60 s
+// aborts, naming the test: a hang fails instead of blocking.
+inline void runRanks(int p, const std::function<void(collective::transport::Communicator&)>& fn) {
+  std::promise<Status> result;
+  std::future<Status> done = result.get_future();
+  std::thread ranks([&] { result.set_value(collective::transport::spawn(p, fn)); });
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "%s: still running after 60 s (hung)\n",
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::abort();
+  }
+  ranks.join();
+  const Status s = done.get();
+  ASSERT_TRUE(s.isOk()) << s.toString();
 }
 
 // Every rank must return the same code and the same message, containing every `needle`.
