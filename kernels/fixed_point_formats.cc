@@ -6,45 +6,12 @@
 
 #include "kernels/codec.h"
 #include "kernels/convert16.h"
+#include "kernels/format_bits.h"
 #include "kernels/simd.h"
 #include "kernels/unaligned.h"
 
 namespace detcoll::kernels::formats {
 namespace {
-
-using codec::bitsFromDouble;
-using codec::doubleFromBits;
-
-// Adding then subtracting 1.5 * 2^52 rounds a double of magnitude below 2^51 to an integer, ties
-// to even, and the difference of the bit patterns is that integer in two's complement; the same
-// constant turns an int64 below 2^51 into a double exactly.
-constexpr double kRoundMagic = 6755399441055744.0;
-constexpr int64_t kRoundMagicBits = 0x4338000000000000;
-
-// A float format: its storage bits, its key's storage, explicit mantissa bits and exponent bits.
-template <typename TBits, typename TKey, int kMantissaBits, int kExponentBitsOf>
-struct Format {
-  using Bits = TBits;
-  using Key = TKey;
-  static constexpr int kM = kMantissaBits;
-  static constexpr int kE = kExponentBitsOf;
-  static constexpr int64_t kBias = (int64_t{1} << (kE - 1)) - 1;
-  static constexpr uint64_t kSpecial = (uint64_t{1} << kE) - 1;  // the exponent field of inf, NaN
-  static constexpr uint64_t kFraction = (uint64_t{1} << kM) - 1;
-  static constexpr uint64_t kMagnitude = (uint64_t{1} << (kM + kE)) - 1;
-};
-using Float16 = Format<uint16_t, uint8_t, 10, 5>;
-using BFloat16 = Format<uint16_t, uint8_t, 7, 8>;
-using Float64 = Format<uint64_t, uint16_t, 52, 11>;
-static_assert(codec::kHeadroomBits == 16, "the grid below assumes H = 16");
-
-// codec::keyOf without branches: the exponent field, 1 for a nonzero subnormal, 0 for zero, the
-// special key for inf and NaN.
-template <typename F>
-DETCOLL_FORCE_INLINE uint64_t keyOfBits(uint64_t b) {
-  const uint64_t e = (b >> F::kM) & F::kSpecial;
-  return e + static_cast<uint64_t>((e == 0) & ((b & F::kMagnitude) != 0));
-}
 
 template <typename F>
 DETCOLL_FORCE_INLINE void localMaxKeysBody(typename F::Key* keys, const void* const* leaves,
@@ -105,37 +72,6 @@ DETCOLL_FORCE_INLINE void encodeBody(int64_t* __restrict out, const void* __rest
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = encode(i);
   }
-}
-
-// A double rounded once, to nearest even, to a 16-bit format's bits (overflow to inf). The
-// rounding is done in double: u is the format's last mantissa bit at v's exponent (fixed at the
-// smallest subnormal's below the normal range), and the round magic scaled by u rounds v to a
-// multiple of u. r then converts to the format without rounding: its fields shift into place,
-// or, in the subnormal range, it is an integer number of smallest subnormals. Only constant
-// shifts: the loop vectorizes.
-template <typename F>
-DETCOLL_FORCE_INLINE uint64_t roundDouble(double v) {
-  constexpr int64_t kMinLsb = 1 - F::kBias - F::kM;  // exponent of the smallest subnormal
-  const uint64_t vb = static_cast<uint64_t>(bitsFromDouble(v));
-  const int64_t ev = static_cast<int64_t>((vb >> 52) & 0x7ff);
-  const int64_t lsb = std::max<int64_t>(ev - 1023 - F::kM, kMinLsb);
-  const double u = doubleFromBits(static_cast<uint64_t>(lsb + 1023) << 52);
-  const double magic = u * kRoundMagic;  // exact: |v| < 2^(kM + 2) u, far below 2^51 u
-  const double r = (v + magic) - magic;
-  const uint64_t rb = static_cast<uint64_t>(bitsFromDouble(r)) & 0x7fffffffffffffffu;
-  const int64_t te = static_cast<int64_t>(rb >> 52) - 1023 + F::kBias;
-  const uint64_t normal =
-      (static_cast<uint64_t>(te) << F::kM) | ((rb >> (52 - F::kM)) & F::kFraction);
-  const double units =
-      doubleFromBits(rb) * doubleFromBits(static_cast<uint64_t>(1023 - kMinLsb) << 52);
-  const uint64_t subnormal =
-      static_cast<uint64_t>(bitsFromDouble(units + kRoundMagic) - kRoundMagicBits);
-  const uint64_t infinity = F::kSpecial << F::kM;
-  const uint64_t finite = -static_cast<uint64_t>(normal < infinity);
-  const uint64_t isNormal = -static_cast<uint64_t>(te >= 1);
-  const uint64_t bits =
-      (((normal & finite) | (infinity & ~finite)) & isNormal) | (subnormal & ~isNormal);
-  return ((vb >> 63) << (F::kM + F::kE)) | bits;
 }
 
 // out = the exact sums decoded: |t| < 2^51 converts exactly; the scaling by the grid's power of
@@ -276,12 +212,22 @@ DETCOLL_FORCE_INLINE uint32_t sum16Body(const void* const* x, int k, size_t n,
   return largest;
 }
 
-// out's element i = sums[i] * 2^(key - 172) / divisor, rounded to the format.
-template <typename F>
+// Whether dividing by `divisor` (a count of leaves, at most 2^16) is multiplying by 1 / divisor
+// exactly: a power of two, whose reciprocal is one too, and the quotients here stay normal.
+inline bool exactReciprocal(double divisor) {
+  const uint64_t bits = static_cast<uint64_t>(bitsFromDouble(divisor));
+  return (bits & ((uint64_t{1} << 52) - 1)) == 0;
+}
+
+// out's element i = sums[i] * 2^(key - 172) / divisor, rounded to the format. A divisor that is a
+// power of two (1 for a sum) is a multiplication by its exact reciprocal: a division costs several
+// times as much as the rest of the loop.
+template <typename F, bool kDivide>
 DETCOLL_FORCE_INLINE void round16Body(void* __restrict out, const uint32_t* __restrict keys,
                                       const double* __restrict sums, size_t n, double divisor) {
+  const double reciprocal = 1.0 / divisor;
   for (size_t i = 0; i < n; ++i) {
-    const double d = sums[i] / divisor;
+    const double d = kDivide ? sums[i] / divisor : sums[i] * reciprocal;
     const double v = d * doubleFromBits((uint64_t{1023 - 172} + keys[i]) << 52);
     storeAt<uint16_t>(out, i, static_cast<uint16_t>(roundDouble<F>(v)));
   }
@@ -297,11 +243,13 @@ DETCOLL_VECTOR_CLONES uint32_t sumBFloat16Block(const void* const* x, int k, siz
 }
 DETCOLL_VECTOR_CLONES void roundHalfBlock(void* out, const uint32_t* keys, const double* sums,
                                           size_t n, double divisor) {
-  round16Body<Float16>(out, keys, sums, n, divisor);
+  exactReciprocal(divisor) ? round16Body<Float16, false>(out, keys, sums, n, divisor)
+                           : round16Body<Float16, true>(out, keys, sums, n, divisor);
 }
 DETCOLL_VECTOR_CLONES void roundBFloat16Block(void* out, const uint32_t* keys, const double* sums,
                                               size_t n, double divisor) {
-  round16Body<BFloat16>(out, keys, sums, n, divisor);
+  exactReciprocal(divisor) ? round16Body<BFloat16, false>(out, keys, sums, n, divisor)
+                           : round16Body<BFloat16, true>(out, keys, sums, n, divisor);
 }
 
 // float64's one-process reduction of at most 64 leaves in double arithmetic: keys and encodings
@@ -332,12 +280,14 @@ DETCOLL_VECTOR_CLONES uint32_t sumFloat64Block(const void* const* x, int k, size
   return largest;
 }
 
-DETCOLL_VECTOR_CLONES void scaleFloat64Block(void* __restrict out, const uint32_t* __restrict keys,
-                                             const double* __restrict sums, size_t n,
-                                             double divisor, uint8_t* __restrict tiny) {
+template <bool kDivide>
+DETCOLL_FORCE_INLINE void scaleFloat64Body(void* __restrict out, const uint32_t* __restrict keys,
+                                           const double* __restrict sums, size_t n, double divisor,
+                                           uint8_t* __restrict tiny) {
+  const double reciprocal = 1.0 / divisor;
   for (size_t i = 0; i < n; ++i) {
     const int64_t key = keys[i];
-    const double d = sums[i] / divisor;
+    const double d = kDivide ? sums[i] / divisor : sums[i] * reciprocal;
     const bool low = key < 100;
     const double first = doubleFromBits(static_cast<uint64_t>(key + (low ? 55 : -45)) << 52);
     const double second = doubleFromBits(low ? uint64_t{923} << 52 : uint64_t{1023} << 52);
@@ -345,6 +295,11 @@ DETCOLL_VECTOR_CLONES void scaleFloat64Block(void* __restrict out, const uint32_
     storeAt<uint64_t>(out, i, bits);
     tiny[i] = static_cast<uint8_t>(((bits & 0x7ff0000000000000u) == 0) & (sums[i] != 0));
   }
+}
+DETCOLL_VECTOR_CLONES void scaleFloat64Block(void* out, const uint32_t* keys, const double* sums,
+                                             size_t n, double divisor, uint8_t* tiny) {
+  exactReciprocal(divisor) ? scaleFloat64Body<false>(out, keys, sums, n, divisor, tiny)
+                           : scaleFloat64Body<true>(out, keys, sums, n, divisor, tiny);
 }
 
 // The codec's result for one element of the leaves, element by element: the exact path.
