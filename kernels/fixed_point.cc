@@ -362,6 +362,7 @@ void invariantReduceLocal(void* out, const void* const* leaves, int nleaves, siz
     foldRankOrder(out, leaves, nleaves, count, type, op, 1);  // order-independent already
     return;
   }
+  if (formats::reduceFewLeaves(out, leaves, nleaves, count, type, op)) return;
   if (formats::reduceLocal(out, leaves, nleaves, count, type, op)) return;
   // Blocks small enough for the keys and sums to stay in L1: the leaves are read from memory
   // once and the output written once. Every read of a block's leaves comes before its output is

@@ -38,6 +38,13 @@ void decode(void* out, const int64_t* const* pieces, int p, const void* keys, si
 bool reduceLocal(void* out, const void* const* leaves, int nleaves, size_t count, DataType type,
                  ReduceOp op);
 
+// kernels::invariantReduceLocal of at most kFewLeaves float32, float16, bfloat16 or float64
+// leaves in one pass (kernels/fixed_point_few.cc), for sum and for the average over a power of two
+// of leaves: false where it does not apply, and nothing is written.
+constexpr int kFewLeaves = 8;
+bool reduceFewLeaves(void* out, const void* const* leaves, int nleaves, size_t count, DataType type,
+                     ReduceOp op);
+
 // kernels::foldMaxKeys for keys of `keyBytes` bytes (1 or 2).
 void foldMaxKeys(void* out, const void* const* pieces, int p, size_t n, size_t keyBytes);
 
