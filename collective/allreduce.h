@@ -19,7 +19,9 @@
 //              owner. Min and max are order-independent: leaves are folded, then ranks.
 //
 // When every rank's leaves are already here (small calls: they travelled with the call
-// agreement), ordered and invariant reduce them locally, to the same bits.
+// agreement), ordered and invariant reduce them locally, to the same bits. Calls of one round up
+// to a limit (wholeExchangeLimit) send every rank's contribution to every rank in one exchange
+// and fold all P on each rank: one round of messages where the schedule has two.
 
 #include <algorithm>
 #include <cstddef>
@@ -43,6 +45,8 @@ struct Gathered {
   std::vector<int> counts;  // leaves of each rank
 };
 
+constexpr size_t kWholeExchangeAuto = ~size_t{0};
+
 struct AllreduceOptions {
   Mode mode = Mode::kOrdered;
   const void* const* leaves = nullptr;  // this rank's nleaves >= 1 buffers of count elements
@@ -57,6 +61,11 @@ struct AllreduceOptions {
   size_t segmentBytes = 1 << 20;  // input bytes of a shard per round (pipeline.h)
   InvariantTransport invariantTransport = InvariantTransport::kAuto;
   const Gathered* gathered = nullptr;  // every rank's leaves, when they are here
+  // Calls that fit one round of the schedule and receive at most this many bytes, (P - 1) times
+  // the contribution, send every contribution to every rank in one exchange and fold all P on
+  // each rank (modes::wholeExchange); others run the schedule. 0: always the schedule;
+  // kWholeExchangeAuto: the host's measured limits (wholeExchangeLimit).
+  size_t wholeExchangeBytes = kWholeExchangeAuto;
 };
 
 // The CPU path: host buffers, the CPU's kernels, over the communicator.
@@ -103,6 +112,65 @@ const void* contribution(Kernels& k, const void* const* leaves, int n, const All
   return folded;
 }
 
+// The bytes a rank may receive in the whole exchange. On the host (np 2, shared memory, where the
+// schedule's second round costs a rendezvous) it beat the schedule up to 1 MiB in ordered mode and
+// up to 256 KiB in invariant mode, whose reduction of P leaves costs about twice the fold; past
+// that, folding the whole buffer on every rank costs more than the round saves.
+inline size_t wholeExchangeLimit(const AllreduceOptions& o) {
+  if (o.wholeExchangeBytes != kWholeExchangeAuto) return o.wholeExchangeBytes;
+  switch (o.mode) {
+    case Mode::kOrdered:
+      return size_t{1} << 20;
+    case Mode::kInvariant:
+      return size_t{256} << 10;
+    default:
+      return 0;
+  }
+}
+
+// Whether a contribution of `bytes` takes the whole exchange: where the schedule would run one
+// round, and within the limit.
+inline bool exchangesWhole(const transport::Exchange& x, const AllreduceOptions& o, size_t bytes) {
+  const size_t p = static_cast<size_t>(x.size());
+  return p > 1 && bytes <= o.segmentBytes * p && (p - 1) * bytes <= wholeExchangeLimit(o);
+}
+
+// This rank's contribution (`bytes`, at `mine`) to every other rank and theirs here in one
+// exchange, then fold(pieces, vectorized) over all P in rank order, on every rank: one round of
+// messages where the schedule has two (its reduce-scatter and its allgather), for the price of
+// folding P pieces of the whole buffer instead of one shard's. Every rank folds the same pieces in
+// the same order, so every rank has the same bits.
+template <typename Kernels, typename Fold>
+Status wholeExchange(Kernels& k, transport::Exchange& x, const void* mine, size_t bytes,
+                     const Fold& fold) {
+  const int p = x.size();
+  const size_t slot =
+      (bytes + kernels::kVectorBytes - 1) / kernels::kVectorBytes * kernels::kVectorBytes;
+  const size_t mark = k.mark();
+  char* slots = k.template alloc<char>(static_cast<int64_t>(p * slot));  // this rank's unused
+  Status status = x.agree(k.status());  // the scratch, on every rank
+  if (status.isOk()) {
+    transport::ExchangeGroup group;
+    for (int j = 0; j < p; ++j) {
+      if (j == x.rank()) continue;
+      group.recvs.push_back({slots + j * slot, bytes, j});
+      group.sends.push_back({mine, bytes, j});
+    }
+    status = x.post(group, k.stream());
+    if (status.isOk()) status = x.complete(group);
+    if (status.isOk()) {
+      kernels::Pieces pieces;
+      pieces.base = slots;
+      pieces.stride = slot;
+      pieces.own = x.rank();
+      pieces.ownPtr = static_cast<const char*>(mine);
+      fold(pieces, kernels::aligned16({mine, slots}));
+    }
+  }
+  k.release(mark);
+  return status;
+}
+
 template <typename Kernels>
 Status native(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, int64_t total) {
   const bool average = o.op == ReduceOp::kAverage;
@@ -134,10 +202,18 @@ Status ordered(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, in
            total, false);
     return Status::ok();
   }
+  const void* mine = contribution(k, o.leaves, o.nleaves, o);
+  if (exchangesWhole(x, o, o.count * dataTypeSize(o.type))) {
+    return wholeExchange(k, x, mine, o.count * dataTypeSize(o.type),
+                         [&](const Pieces& pieces, bool vectorized) {
+                           k.fold(o.recv, pieces, p, static_cast<int64_t>(o.count), o.type, o.op,
+                                  total, vectorized && kernels::aligned16({o.recv}));
+                         });
+  }
   Stage s;
   s.count = o.count;
   s.inBytes = s.outBytes = dataTypeSize(o.type);
-  s.input = contribution(k, o.leaves, o.nleaves, o);
+  s.input = mine;
   s.output = o.recv;
   s.segmentBytes = o.segmentBytes;
   s.fold = [&](void* out, const Pieces& pieces, size_t, size_t n, bool vectorized) {
@@ -152,6 +228,13 @@ template <typename Kernels>
 Status invariantLeaves(Kernels& k, transport::Exchange& x, const AllreduceOptions& o) {
   const int p = x.size();
   const size_t es = dataTypeSize(o.type);
+  if (exchangesWhole(x, o, o.count * es)) {
+    const void* mine = contribution(k, o.leaves, o.nleaves, o);  // min and max: leaves folded
+    return wholeExchange(k, x, mine, o.count * es, [&](const Pieces& pieces, bool vectorized) {
+      k.invariantLocal(o.recv, pieces, p, static_cast<int64_t>(o.count), o.type, o.op,
+                       vectorized && kernels::aligned16({o.recv}));
+    });
+  }
   const Pieces leaves = k.table(o.leaves, o.nleaves);
   Stage s;
   s.count = o.count;

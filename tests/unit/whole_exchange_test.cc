@@ -1,0 +1,181 @@
+// The whole exchange (collective/allreduce.h, modes::wholeExchange): every contribution to every
+// rank in one round, then every rank folds all P. Forced on and forced off on the same random,
+// wide-range data, it gives the rank-order reference's bits in ordered mode and the MPFR
+// reference's in invariant mode, on every rank, in place and out of place; the automatic limits
+// choose it for a call of one round and the schedule past them, which the messages sent show.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collective/allreduce.h"
+#include "collective/transport/thread_communicator.h"
+#include "tests/support/exact_reference.h"
+#include "tests/support/reference.h"
+#include "tests/unit/unit_test_util.h"
+
+namespace detcoll {
+namespace {
+
+using collective::AllreduceOptions;
+using collective::transport::Communicator;
+using testing::Buffer;
+using testing::kSentinel;
+
+struct Outcome {
+  std::vector<Buffer> outputs;
+  std::vector<Status> statuses;
+  std::vector<uint64_t> messages;  // sent by each rank during the call
+};
+
+// One allreduce of each rank's inputs[r] (and, for ordered mode, a second leaf when `twoLeaves`).
+Outcome runAllreduce(const std::vector<Buffer>& inputs, size_t count, DataType type, ReduceOp op,
+                     Mode mode, size_t wholeBytes, bool inPlace, bool twoLeaves = false) {
+  const int p = static_cast<int>(inputs.size()) / (twoLeaves ? 2 : 1);
+  const size_t bytes = count * dataTypeSize(type);
+  Outcome run;
+  run.outputs.assign(p, Buffer(bytes + 16, kSentinel));
+  run.statuses.resize(p);
+  run.messages.resize(p);
+  const Status spawned = collective::transport::spawn(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Buffer& out = run.outputs[r];
+    std::vector<const void*> leaves;
+    if (twoLeaves) {
+      leaves = {inputs[2 * r].data(), inputs[2 * r + 1].data()};
+    } else if (inPlace) {
+      std::copy(inputs[r].begin(), inputs[r].end(), out.begin());
+      leaves = {out.data()};
+    } else {
+      leaves = {inputs[r].data()};
+    }
+    AllreduceOptions o;
+    o.mode = mode;
+    o.leaves = leaves.data();
+    o.nleaves = static_cast<int>(leaves.size());
+    o.totalLeaves = static_cast<int64_t>(inputs.size());
+    o.recv = out.data();
+    o.count = count;
+    o.type = type;
+    o.op = op;
+    o.wholeExchangeBytes = wholeBytes;
+    const uint64_t before = comm.sentMessages();
+    run.statuses[r] = collective::allreduce(comm, o);
+    run.messages[r] = comm.sentMessages() - before;
+  });
+  EXPECT_TRUE(spawned.isOk()) << spawned.toString();
+  return run;
+}
+
+void expectBits(const Outcome& run, const Buffer& want, size_t count, DataType type,
+                const std::string& what) {
+  for (size_t r = 0; r < run.outputs.size(); ++r) {
+    ASSERT_TRUE(run.statuses[r].isOk())
+        << what << " rank " << r << ": " << run.statuses[r].toString();
+    EXPECT_TRUE(testing::sameBits(run.outputs[r].data(), want.data(), count, type))
+        << what << " rank " << r;
+    const size_t bytes = count * dataTypeSize(type);
+    EXPECT_TRUE(std::all_of(run.outputs[r].begin() + bytes, run.outputs[r].end(),
+                            [](uint8_t b) { return b == kSentinel; }))
+        << what << " rank " << r << " wrote past recv";
+  }
+}
+
+constexpr size_t kForced = ~size_t{0} - 1;  // every call of one round takes the whole exchange
+
+TEST(WholeExchangeTest, OrderedOnAndOffGiveTheReferenceBits) {
+  for (int p : {2, 3, 5}) {
+    for (DataType type : testing::kAllTypes) {
+      for (size_t count : {size_t{1}, size_t{37}, size_t{5000}}) {
+        const auto inputs = testing::makeInputs(type, p, count, p * 1000 + count);
+        for (ReduceOp op : testing::kAllOps) {
+          const Buffer want = testing::reference(inputs, count, type, op);
+          for (size_t whole : {size_t{0}, kForced}) {
+            for (bool inPlace : {false, true}) {
+              const std::string what = "np " + std::to_string(p) + " " + dataTypeName(type) +
+                                       " n " + std::to_string(count) + " " + reduceOpName(op) +
+                                       (whole ? " whole" : " schedule") +
+                                       (inPlace ? " in place" : "");
+              expectBits(runAllreduce(inputs, count, type, op, Mode::kOrdered, whole, inPlace),
+                         want, count, type, what);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(WholeExchangeTest, OrderedRanksWithTwoLeavesFoldThemFirst) {
+  const int p = 3;
+  const size_t count = 999;
+  const auto inputs = testing::makeInputs(DataType::kFloat32, 2 * p, count, 77);
+  // The rank-order fold of each rank's leaves folded in order: ((l0 + l1) + (l2 + l3)) + ...
+  std::vector<Buffer> contributions;
+  for (int r = 0; r < p; ++r) {
+    contributions.push_back(testing::reference({inputs[2 * r], inputs[2 * r + 1]}, count,
+                                               DataType::kFloat32, ReduceOp::kSum));
+  }
+  const Buffer want = testing::reference(contributions, count, DataType::kFloat32, ReduceOp::kSum);
+  for (size_t whole : {size_t{0}, kForced}) {
+    expectBits(runAllreduce(inputs, count, DataType::kFloat32, ReduceOp::kSum, Mode::kOrdered,
+                            whole, false, true),
+               want, count, DataType::kFloat32, whole ? "whole" : "schedule");
+  }
+}
+
+TEST(WholeExchangeTest, InvariantOnAndOffGiveTheExactReferenceBits) {
+  for (int p : {2, 3, 4, 9}) {  // 9 leaves: past the one-pass kernels
+    for (DataType type :
+         {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+      const size_t count = 3001;
+      const auto inputs = testing::makeInputs(type, p, count, p * 31);
+      for (ReduceOp op : testing::kAllOps) {
+        Buffer want(count * dataTypeSize(type) + 1);
+        testing::exactInvariantReference(want.data(), testing::pointers(inputs), count, type, op);
+        for (size_t whole : {size_t{0}, kForced}) {
+          for (bool inPlace : {false, true}) {
+            const std::string what = "np " + std::to_string(p) + " " + dataTypeName(type) + " " +
+                                     reduceOpName(op) + (whole ? " whole" : " schedule") +
+                                     (inPlace ? " in place" : "");
+            expectBits(runAllreduce(inputs, count, type, op, Mode::kInvariant, whole, inPlace),
+                       want, count, type, what);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(WholeExchangeTest, TheAutomaticLimitsChooseByTheBytesEachRankReceives) {
+  // One message to each other rank for the whole exchange; the schedule's one round sends two
+  // (its reduce-scatter piece and its allgather piece).
+  const int p = 3;
+  struct Case {
+    Mode mode;
+    size_t count;
+    uint64_t messages;
+  };
+  const Case cases[] = {
+      {Mode::kOrdered, 1000, p - 1},                     // 2 x 4000 B received
+      {Mode::kOrdered, (1 << 19) / 4 + 1, 2 * (p - 1)},  // past 1 MiB received
+      {Mode::kInvariant, 1000, p - 1},
+      {Mode::kInvariant, (1 << 17) / 4 + 1, 2 * (p - 1)},  // past 256 KiB received
+  };
+  for (const Case& c : cases) {
+    const auto inputs = testing::makeInputs(DataType::kFloat32, p, c.count, c.count);
+    const Outcome run = runAllreduce(inputs, c.count, DataType::kFloat32, ReduceOp::kSum, c.mode,
+                                     collective::kWholeExchangeAuto, false);
+    for (int r = 0; r < p; ++r) {
+      ASSERT_TRUE(run.statuses[r].isOk()) << run.statuses[r].toString();
+      EXPECT_EQ(run.messages[r], c.messages)
+          << modeName(c.mode) << " count " << c.count << " rank " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detcoll
