@@ -112,19 +112,28 @@ const void* contribution(Kernels& k, const void* const* leaves, int n, const All
   return folded;
 }
 
-// The bytes a rank may receive in the whole exchange. On the host (np 2, shared memory, where the
-// schedule's second round costs a rendezvous) it beat the schedule up to 1 MiB in ordered mode and
-// up to 256 KiB in invariant mode, whose reduction of P leaves costs about twice the fold; past
-// that, folding the whole buffer on every rank costs more than the round saves.
+// The bytes a rank may receive in the whole exchange, by mode and dtype: where it beat the
+// schedule on the host (np 2, shared memory, where the schedule's second round costs a
+// rendezvous; README, "Every dtype"). Past these, folding the whole buffer on every rank costs
+// more than the round saves: sooner where an element's reduction is dear (the invariant mode's
+// exact sums, the 16-bit conversions: float16's fold of P pieces never paid off), later where
+// elements are wide (float64, int64).
 inline size_t wholeExchangeLimit(const AllreduceOptions& o) {
   if (o.wholeExchangeBytes != kWholeExchangeAuto) return o.wholeExchangeBytes;
-  switch (o.mode) {
-    case Mode::kOrdered:
-      return size_t{1} << 20;
-    case Mode::kInvariant:
-      return size_t{256} << 10;
-    default:
+  constexpr size_t kKiB = 1024;
+  constexpr size_t kMiB = 1024 * kKiB;
+  const bool ordered = o.mode == Mode::kOrdered;
+  if (!ordered && o.mode != Mode::kInvariant) return 0;
+  switch (o.type) {
+    case DataType::kFloat16:
       return 0;
+    case DataType::kBFloat16:
+      return ordered ? kMiB : 32 * kKiB;
+    case DataType::kFloat64:
+    case DataType::kInt64:
+      return 2 * kMiB;
+    default:  // float32, int32
+      return ordered ? kMiB : 256 * kKiB;
   }
 }
 

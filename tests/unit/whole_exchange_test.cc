@@ -156,23 +156,27 @@ TEST(WholeExchangeTest, TheAutomaticLimitsChooseByTheBytesEachRankReceives) {
   const int p = 3;
   struct Case {
     Mode mode;
+    DataType type;
     size_t count;
     uint64_t messages;
   };
   const Case cases[] = {
-      {Mode::kOrdered, 1000, p - 1},                     // 2 x 4000 B received
-      {Mode::kOrdered, (1 << 19) / 4 + 1, 2 * (p - 1)},  // past 1 MiB received
-      {Mode::kInvariant, 1000, p - 1},
-      {Mode::kInvariant, (1 << 17) / 4 + 1, 2 * (p - 1)},  // past 256 KiB received
+      {Mode::kOrdered, DataType::kFloat32, 1000, p - 1},                     // 2 x 4000 B received
+      {Mode::kOrdered, DataType::kFloat32, (1 << 19) / 4 + 1, 2 * (p - 1)},  // past 1 MiB
+      {Mode::kInvariant, DataType::kFloat32, 1000, p - 1},
+      {Mode::kInvariant, DataType::kFloat32, (1 << 17) / 4 + 1, 2 * (p - 1)},  // past 256 KiB
+      {Mode::kOrdered, DataType::kFloat64, (1 << 19) / 8 + 1, p - 1},  // past 1 MiB, within 2
+      {Mode::kInvariant, DataType::kBFloat16, (1 << 14) / 2 + 1, 2 * (p - 1)},  // past 32 KiB
+      {Mode::kOrdered, DataType::kFloat16, 100, 2 * (p - 1)},  // float16: the schedule always
   };
   for (const Case& c : cases) {
-    const auto inputs = testing::makeInputs(DataType::kFloat32, p, c.count, c.count);
-    const Outcome run = runAllreduce(inputs, c.count, DataType::kFloat32, ReduceOp::kSum, c.mode,
+    const auto inputs = testing::makeInputs(c.type, p, c.count, c.count);
+    const Outcome run = runAllreduce(inputs, c.count, c.type, ReduceOp::kSum, c.mode,
                                      collective::kWholeExchangeAuto, false);
     for (int r = 0; r < p; ++r) {
       ASSERT_TRUE(run.statuses[r].isOk()) << run.statuses[r].toString();
-      EXPECT_EQ(run.messages[r], c.messages)
-          << modeName(c.mode) << " count " << c.count << " rank " << r;
+      EXPECT_EQ(run.messages[r], c.messages) << modeName(c.mode) << " " << dataTypeName(c.type)
+                                             << " count " << c.count << " rank " << r;
     }
   }
 }
