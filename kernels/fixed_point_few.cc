@@ -16,14 +16,13 @@
 // known at compile time, one loop does every step of an element in registers. This is the
 // reduction of every shard when each rank holds one leaf: at P ranks, P leaves.
 //
-// The arithmetic is the block paths': the key is the largest exponent field (at least 1), each
-// leaf's encoding round(x * 2^(grid)) is built exactly in double by the round magic, at most
-// kFewLeaves of them (each below 2^46) sum exactly, and the sum, scaled by a power of two (the
-// grid's, and a power-of-two divisor's), rounds once to the dtype. Non-finite leaves need no
-// count here: their encodings are the leaves themselves scaled (inf or NaN), so the double sum is
-// NaN where a leaf is NaN or both infinities meet and the infinity otherwise, the rule of
-// codec::nonFiniteBits; a NaN result is replaced by the canonical NaN. Averages over other
-// divisors are left to the block paths, which settle their double rounding.
+// The values are the block paths': the key is the largest exponent field (at least 1), each leaf
+// is rounded onto its element's grid (below: with no scaling), at most kFewLeaves of them sum
+// exactly in double, and the sum, times a power-of-two divisor's reciprocal, rounds once to the
+// dtype. Non-finite leaves need no count here: they round to themselves (inf or NaN), so the
+// double sum is NaN where a leaf is NaN or both infinities meet and the infinity otherwise, the
+// rule of codec::nonFiniteBits; a NaN result is replaced by the canonical NaN. Averages over
+// other divisors are left to the block paths, which settle their double rounding.
 
 namespace detcoll::kernels::formats {
 namespace {
@@ -58,8 +57,8 @@ DETCOLL_FORCE_INLINE void staged(void* out, size_t n, Element element) {
 
 // A leaf x rounds onto its element's grid of unit g, to nearest even, as (x + M) - M with M =
 // 1.5 * 2^52 * g: |x| < 2^51 g, so x + M lies in M's binade, whose last bit is g, and M / g is
-// even, so the tie goes where round(x / g) puts it. The rounded leaves are multiples of g below
-// 2^46 g, and up to kFewLeaves of them sum exactly in double. No scaling is needed: the sum is
+// even, so the tie goes where round(x / g) puts it. The rounded leaves are multiples of g of at
+// most 2^46 g, and up to kFewLeaves of them sum exactly in double. No scaling is needed: the sum is
 // the exact grid sum itself.
 
 // float32, bfloat16 and float16, on float32's grid of the widened values (kernels/fixed_point.cc
@@ -102,10 +101,11 @@ DETCOLL_FORCE_INLINE void fewBody32(void* out, const void* const* x, size_t n, d
 }
 
 // float64: g = 2^(key - 1068), so M = 1.5 * 2^(key - 1016), past double's range for keys above
-// 2039. Those elements' leaves are scaled by 2^-128 first (exact, or, for a leaf so small that it
-// underflows, still far below g / 2, where it rounds to 0 all the same) and the sum back by 2^128.
-// The grid sum has at most 49 significant bits, a multiple of g >= 2^-1067: the sum is exact and
-// is the result; a power-of-two average's quotient rounds once, in the subnormal range only.
+// 2039. Elements with keys above 2000 have their leaves scaled by 2^-128 first (exact, or, for a
+// leaf so small that it underflows, still far below g / 2, where it rounds to 0 all the same) and
+// the sum back by 2^128. The grid sum has at most 49 significant bits, a multiple of g >= 2^-1067:
+// the sum is exact and is the result, and so is its quotient by at most 8 (a multiple of
+// 2^-1070, still a double).
 template <int K>
 DETCOLL_FORCE_INLINE void fewBody64(void* out, const void* const* x, size_t n, double reciprocal) {
   staged<uint64_t>(out, n, [&](size_t i) {

@@ -213,7 +213,8 @@ DETCOLL_FORCE_INLINE uint32_t sum16Body(const void* const* x, int k, size_t n,
 }
 
 // Whether dividing by `divisor` (a count of leaves, at most 2^16) is multiplying by 1 / divisor
-// exactly: a power of two, whose reciprocal is one too, and the quotients here stay normal.
+// exactly: a power of two, whose reciprocal is one too (x * 2^-k rounds as x / 2^k does, also in
+// the subnormal range).
 inline bool exactReciprocal(double divisor) {
   const uint64_t bits = static_cast<uint64_t>(bitsFromDouble(divisor));
   return (bits & ((uint64_t{1} << 52) - 1)) == 0;

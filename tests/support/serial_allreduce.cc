@@ -9,7 +9,10 @@ Status serialAllreduce(collective::transport::Exchange& exchange,
                        const collective::AllreduceOptions& options) {
   SerialExecutor e;
   kernels::bodies::ReduceKernels<SerialExecutor> kernels(e);
-  return collective::allreduceWith(kernels, exchange, options);
+  // The device's route: deviceAllreduce keeps the schedule at every size.
+  collective::AllreduceOptions o = options;
+  if (o.wholeExchangeBytes == collective::kWholeExchangeAuto) o.wholeExchangeBytes = 0;
+  return collective::allreduceWith(kernels, exchange, o);
 }
 
 }  // namespace detcoll::testing
