@@ -9,11 +9,7 @@ Status deviceAllreduce(transport::Exchange& exchange, void* stream,
                        const AllreduceOptions& options) {
   kernels::DeviceExecutor e(stream);
   kernels::bodies::ReduceKernels<kernels::DeviceExecutor> kernels(e);
-  // The whole exchange's limits were measured on the host; on the device every call runs the
-  // schedule.
-  AllreduceOptions o = options;
-  if (o.wholeExchangeBytes == kWholeExchangeAuto) o.wholeExchangeBytes = 0;
-  return allreduceWith(kernels, exchange, o);
+  return allreduceWith(kernels, exchange, options);
 }
 
 }  // namespace detcoll::collective

@@ -29,20 +29,6 @@ namespace {
 
 constexpr size_t kBlock = 256;  // elements staged on the stack at a time
 
-using Float32 = Format<uint32_t, uint8_t, 23, 8>;
-
-// A 32-bit or narrower leaf as float32 bits (exact).
-template <typename F>
-DETCOLL_FORCE_INLINE uint32_t widenedBits(const void* leaf, size_t i) {
-  if constexpr (std::is_same_v<F, Float32>) {
-    return loadAt<uint32_t>(leaf, i);
-  } else if constexpr (std::is_same_v<F, BFloat16>) {
-    return uint32_t{loadAt<uint16_t>(leaf, i)} << 16;
-  } else {
-    return widenHalfBits(loadAt<uint16_t>(leaf, i));
-  }
-}
-
 // out's elements [0, n) = element(i), staged in blocks on the stack: the output may alias a leaf,
 // and a loop that stores to it directly would not vectorize.
 template <typename Bits, typename Element>

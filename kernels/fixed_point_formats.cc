@@ -179,18 +179,13 @@ DETCOLL_FORMAT_LOOPS(Float64)
 // double. The sum, scaled exactly, rounds once to the format; an average's quotient rounds to
 // double first, which cannot change the result (see decodeBody).
 template <bool kHalf>
-DETCOLL_FORCE_INLINE uint32_t widened(const void* leaf, size_t i) {
-  const uint32_t bits = loadAt<uint16_t>(leaf, i);
-  return kHalf ? widenHalfBits(bits) : bits << 16;
-}
-
-template <bool kHalf>
 DETCOLL_FORCE_INLINE uint32_t sum16Body(const void* const* x, int k, size_t n,
                                         uint32_t* __restrict keys, double* __restrict sums) {
-  for (size_t i = 0; i < n; ++i) keys[i] = widened<kHalf>(x[0], i) & 0x7fffffffu;
+  using F = std::conditional_t<kHalf, Float16, BFloat16>;
+  for (size_t i = 0; i < n; ++i) keys[i] = widenedBits<F>(x[0], i) & 0x7fffffffu;
   for (int l = 1; l < k; ++l) {
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t magnitude = widened<kHalf>(x[l], i) & 0x7fffffffu;
+      const uint32_t magnitude = widenedBits<F>(x[l], i) & 0x7fffffffu;
       keys[i] = magnitude > keys[i] ? magnitude : keys[i];
     }
   }
@@ -204,7 +199,7 @@ DETCOLL_FORCE_INLINE uint32_t sum16Body(const void* const* x, int k, size_t n,
   for (int l = 0; l < k; ++l) {
     for (size_t i = 0; i < n; ++i) {
       const double scale = doubleFromBits((uint64_t{1023 + 172} - keys[i]) << 52);
-      const double value = static_cast<double>(bitsToFloat(widened<kHalf>(x[l], i)));
+      const double value = static_cast<double>(bitsToFloat(widenedBits<F>(x[l], i)));
       const double encoding = (value * scale + kRoundMagic) - kRoundMagic;
       sums[i] = l == 0 ? encoding : sums[i] + encoding;
     }

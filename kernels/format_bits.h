@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/half.h"
 #include "common/host_device.h"
 #include "kernels/codec.h"
 #include "kernels/convert16.h"
+#include "kernels/unaligned.h"
 
 namespace detcoll::kernels::formats {
 
@@ -38,6 +40,7 @@ struct Format {
 using Float16 = Format<uint16_t, uint8_t, 10, 5>;
 using BFloat16 = Format<uint16_t, uint8_t, 7, 8>;
 using Float64 = Format<uint64_t, uint16_t, 52, 11>;
+using Float32 = Format<uint32_t, uint8_t, 23, 8>;
 static_assert(codec::kHeadroomBits == 16, "the grid below assumes H = 16");
 
 // codec::keyOf without branches: the exponent field, 1 for a nonzero subnormal, 0 for zero, the
@@ -46,6 +49,18 @@ template <typename F>
 DETCOLL_FORCE_INLINE uint64_t keyOfBits(uint64_t b) {
   const uint64_t e = (b >> F::kM) & F::kSpecial;
   return e + static_cast<uint64_t>((e == 0) & ((b & F::kMagnitude) != 0));
+}
+
+// A 32-bit or narrower leaf as float32 bits (exact).
+template <typename F>
+DETCOLL_FORCE_INLINE uint32_t widenedBits(const void* leaf, size_t i) {
+  if constexpr (std::is_same_v<F, Float32>) {
+    return loadAt<uint32_t>(leaf, i);
+  } else if constexpr (std::is_same_v<F, BFloat16>) {
+    return uint32_t{loadAt<uint16_t>(leaf, i)} << 16;
+  } else {
+    return widenHalfBits(loadAt<uint16_t>(leaf, i));
+  }
 }
 
 // A double rounded once, to nearest even, to a 16-bit format's bits (overflow to inf). The
