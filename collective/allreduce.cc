@@ -11,7 +11,11 @@ Status allreduce(transport::Communicator& comm, const AllreduceOptions& options)
   ExactFloatingPoint exact;
   kernels::HostReduceKernels kernels;
   CommExchange exchange(comm);
-  return allreduceWith(kernels, exchange, options);
+  AllreduceOptions o = options;
+  if (o.wholeExchangeBytes == kWholeExchangeAuto) {
+    o.wholeExchangeBytes = modes::hostWholeExchangeLimit(o.mode, o.type);
+  }
+  return allreduceWith(kernels, exchange, o);
 }
 
 }  // namespace detcoll::collective

@@ -20,8 +20,8 @@
 //
 // When every rank's leaves are already here (small calls: they travelled with the call
 // agreement), ordered and invariant reduce them locally, to the same bits. Calls of one round up
-// to a limit (wholeExchangeLimit) send every rank's contribution to every rank in one exchange
-// and fold all P on each rank: one round of messages where the schedule has two.
+// to a limit (AllreduceOptions::wholeExchangeBytes) send every rank's contribution to every rank
+// in one exchange and fold all P on each rank: one round of messages where the schedule has two.
 
 #include <algorithm>
 #include <cstddef>
@@ -63,8 +63,9 @@ struct AllreduceOptions {
   const Gathered* gathered = nullptr;  // every rank's leaves, when they are here
   // Calls that fit one round of the schedule and receive at most this many bytes, (P - 1) times
   // the contribution, send every contribution to every rank in one exchange and fold all P on
-  // each rank (modes::wholeExchange); others run the schedule. 0: always the schedule;
-  // kWholeExchangeAuto: the host's measured limits (wholeExchangeLimit).
+  // each rank (modes::wholeExchange); others run the schedule. 0: always the schedule.
+  // kWholeExchangeAuto: the host path, allreduce(Communicator&, ...), takes its measured limits
+  // (hostWholeExchangeLimit); the device path, whose limits were not measured, the schedule.
   size_t wholeExchangeBytes = kWholeExchangeAuto;
 };
 
@@ -112,19 +113,18 @@ const void* contribution(Kernels& k, const void* const* leaves, int n, const All
   return folded;
 }
 
-// The bytes a rank may receive in the whole exchange, by mode and dtype: where it beat the
-// schedule on the host (np 2, shared memory, where the schedule's second round costs a
-// rendezvous; README, "Every dtype"). Past these, folding the whole buffer on every rank costs
-// more than the round saves: sooner where an element's reduction is dear (the invariant mode's
-// exact sums, the 16-bit conversions: float16's fold of P pieces never paid off), later where
-// elements are wide (float64, int64).
-inline size_t wholeExchangeLimit(const AllreduceOptions& o) {
-  if (o.wholeExchangeBytes != kWholeExchangeAuto) return o.wholeExchangeBytes;
+// The bytes a rank may receive in the host path's whole exchange, by mode and dtype: where it
+// beat the schedule (np 2, shared memory, where the schedule's second round costs a rendezvous;
+// README, "Every dtype"). Past these, folding the whole buffer on every rank costs more than the
+// round saves: sooner where an element's reduction is dear (the invariant mode's exact sums, the
+// 16-bit conversions: float16's fold of P pieces never paid off), later where elements are wide
+// (float64, int64).
+inline size_t hostWholeExchangeLimit(Mode mode, DataType type) {
   constexpr size_t kKiB = 1024;
   constexpr size_t kMiB = 1024 * kKiB;
-  const bool ordered = o.mode == Mode::kOrdered;
-  if (!ordered && o.mode != Mode::kInvariant) return 0;
-  switch (o.type) {
+  const bool ordered = mode == Mode::kOrdered;
+  if (!ordered && mode != Mode::kInvariant) return 0;
+  switch (type) {
     case DataType::kFloat16:
       return 0;
     case DataType::kBFloat16:
@@ -141,7 +141,8 @@ inline size_t wholeExchangeLimit(const AllreduceOptions& o) {
 // round, and within the limit.
 inline bool exchangesWhole(const transport::Exchange& x, const AllreduceOptions& o, size_t bytes) {
   const size_t p = static_cast<size_t>(x.size());
-  return p > 1 && bytes <= o.segmentBytes * p && (p - 1) * bytes <= wholeExchangeLimit(o);
+  const size_t limit = o.wholeExchangeBytes == kWholeExchangeAuto ? 0 : o.wholeExchangeBytes;
+  return p > 1 && bytes <= o.segmentBytes * p && (p - 1) * bytes <= limit;
 }
 
 // This rank's contribution (`bytes`, at `mine`) to every other rank and theirs here in one
@@ -212,12 +213,12 @@ Status ordered(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, in
     return Status::ok();
   }
   const void* mine = contribution(k, o.leaves, o.nleaves, o);
-  if (exchangesWhole(x, o, o.count * dataTypeSize(o.type))) {
-    return wholeExchange(k, x, mine, o.count * dataTypeSize(o.type),
-                         [&](const Pieces& pieces, bool vectorized) {
-                           k.fold(o.recv, pieces, p, static_cast<int64_t>(o.count), o.type, o.op,
-                                  total, vectorized && kernels::aligned16({o.recv}));
-                         });
+  const size_t bytes = o.count * dataTypeSize(o.type);
+  if (exchangesWhole(x, o, bytes)) {
+    return wholeExchange(k, x, mine, bytes, [&](const Pieces& pieces, bool vectorized) {
+      k.fold(o.recv, pieces, p, static_cast<int64_t>(o.count), o.type, o.op, total,
+             vectorized && kernels::aligned16({o.recv}));
+    });
   }
   Stage s;
   s.count = o.count;
