@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "collective/tags.h"
+#include "collective/transport/record_board.h"
 
 namespace detcoll::collective {
 
@@ -103,6 +104,12 @@ Status unreadable(int from, size_t bytes) {
                           "agreements");
 }
 
+Status tooLong(int rank, uint64_t bytes, size_t capacity) {
+  return Status::mismatch("rank " + std::to_string(rank) + " sent a record of " +
+                          std::to_string(bytes) + " bytes where this agreement's take at most " +
+                          std::to_string(capacity) + ": the ranks are in different agreements");
+}
+
 }  // namespace
 
 void Agreement::pack(int p, int first, int n, const char* slots, const std::vector<size_t>& sizes,
@@ -149,12 +156,7 @@ Status Agreement::unpack(int p, int from, int n, const char* packet, size_t byte
     uint64_t length = 0;
     std::memcpy(&length, at, kLength);
     at += kLength;
-    if (length > capacities_[j]) {
-      return Status::mismatch("rank " + std::to_string(j) + " sent a record of " +
-                              std::to_string(length) + " bytes where this agreement's take at " +
-                              "most " + std::to_string(capacities_[j]) +
-                              ": the ranks are in different agreements");
-    }
+    if (length > capacities_[j]) return tooLong(j, length, capacities_[j]);
     if (length > static_cast<uint64_t>(end - at)) return unreadable(from, bytes);
     if (length > 0) std::memcpy(slots + offsets_[j], at, length);
     (*sizes)[j] = length;
@@ -243,18 +245,46 @@ Status Agreement::exchangeRecords(transport::Communicator& comm, const void* rec
   const int p = comm.size();
   const int rank = comm.rank();
   if (bytes > capacity) return Status::internal("an agreement record exceeds its capacity");
-  capacity_ = capacity;
+  at_.resize(p);
+  sizes_.resize(p);
+  if (transport::RecordBoard* board = comm.board()) {
+    if (capacity > transport::RecordBoard::kRecordCapacity) {
+      return Status::internal("an agreement's records exceed the record board's");
+    }
+    DETCOLL_RETURN_IF_ERROR(board->exchange(record, bytes));
+    for (int j = 0; j < p; ++j) {
+      at_[j] = board->record(j);
+      sizes_[j] = board->recordBytes(j);
+    }
+    return checkSizes(p, capacity, minimum);
+  }
   if (records_.size() < p * capacity) records_.resize(p * capacity);
   char* own = records_.data() + rank * capacity;
   if (bytes > 0 && own != record) std::memcpy(own, record, bytes);
   offsets_.resize(p);
-  for (int j = 0; j < p; ++j) offsets_[j] = j * capacity;
+  for (int j = 0; j < p; ++j) {
+    offsets_[j] = j * capacity;
+    at_[j] = records_.data() + j * capacity;
+  }
   capacities_.assign(p, capacity);
   sizes_.assign(p, 0);
   sizes_[rank] = bytes;
   DETCOLL_RETURN_IF_ERROR(gather(comm, records_.data(), &sizes_));
-  // A record shorter than any of this agreement's is another agreement's: ranks out of step.
+  return checkSizes(p, capacity, minimum);
+}
+
+char* Agreement::draft(transport::Communicator& comm, size_t capacity) {
+  if (transport::RecordBoard* board = comm.board()) return board->nextRecord();
+  const size_t p = static_cast<size_t>(comm.size());
+  if (records_.size() < p * capacity) records_.resize(p * capacity);
+  return records_.data() + comm.rank() * capacity;
+}
+
+Status Agreement::checkSizes(int p, size_t capacity, size_t minimum) const {
   for (int j = 0; j < p; ++j) {
+    // A record longer than this agreement's capacity (the board's slots hold any agreement's),
+    // or shorter than any of its records, is another agreement's: ranks out of step.
+    if (sizes_[j] > capacity) return tooLong(j, sizes_[j], capacity);
     if (sizes_[j] < minimum) {
       return Status::mismatch("rank " + std::to_string(j) + " sent a record of " +
                               std::to_string(sizes_[j]) + " bytes where this agreement's " +

@@ -74,12 +74,18 @@ class Agreement {
   static constexpr size_t kPieceBytes = 4096 - 128;
 
   // Contributes `bytes` of `record` and gathers every rank's record, each at most `capacity`
-  // bytes; record(j) is then rank j's (this rank's own too), recordBytes(j) its size.
+  // bytes; record(j) is then rank j's (this rank's own too), recordBytes(j) its size, until the
+  // next exchange of any agreement on this communicator (where the communicator has a record
+  // board, the records are read in place there: docs/design.md, "The record board").
   // A record shorter than `minimum`, or longer than `capacity`, is a mismatch: that rank is in
   // another agreement.
   Status exchangeRecords(transport::Communicator& comm, const void* record, size_t bytes,
                          size_t capacity, size_t minimum);
-  const char* record(int rank) const { return records_.data() + rank * capacity_; }
+  // Where to write this rank's next record (of at most `capacity` bytes) so that
+  // exchangeRecords(comm, draft, ...) posts it without a copy: the board's slot, or this
+  // agreement's own.
+  char* draft(transport::Communicator& comm, size_t capacity);
+  const char* record(int rank) const { return at_[rank]; }
   size_t recordBytes(int rank) const { return sizes_[rank]; }
 
   // Every rank's texts (any number of any length). Called by every rank or by none: the ranks
@@ -102,8 +108,11 @@ class Agreement {
   Status unpack(int p, int from, int n, const char* packet, size_t bytes, char* slots,
                 std::vector<size_t>* sizes) const;
 
+  // Every rank's record against `capacity` and `minimum`.
+  Status checkSizes(int p, size_t capacity, size_t minimum) const;
+
   std::vector<char> records_;
-  size_t capacity_ = 0;
+  std::vector<const char*> at_;  // where each rank's record is
   std::vector<size_t> sizes_;
   std::vector<size_t> offsets_;
   std::vector<size_t> capacities_;

@@ -200,16 +200,19 @@ template <typename Kernels>
 Status ordered(Kernels& k, transport::Exchange& x, const AllreduceOptions& o, int64_t total) {
   const int p = x.size();
   if (o.gathered != nullptr) {
-    // Every rank's contribution, folded in rank order here.
-    std::vector<const void*> contributions(p);
+    // Every rank's contribution, folded in rank order here (small calls: no allocation).
+    constexpr int kOnStack = 16;
+    const void* onStack[kOnStack];
+    std::vector<const void*> onHeap(p > kOnStack ? p : 0);
+    const void** contributions = p > kOnStack ? onHeap.data() : onStack;
     size_t first = 0;
     for (int j = 0; j < p; ++j) {
       contributions[j] =
           contribution(k, o.gathered->leaves.data() + first, o.gathered->counts[j], o);
       first += o.gathered->counts[j];
     }
-    k.fold(o.recv, k.table(contributions.data(), p), p, static_cast<int64_t>(o.count), o.type, o.op,
-           total, false);
+    k.fold(o.recv, k.table(contributions, p), p, static_cast<int64_t>(o.count), o.type, o.op, total,
+           false);
     return Status::ok();
   }
   const void* mine = contribution(k, o.leaves, o.nleaves, o);

@@ -176,7 +176,14 @@ Status failure(const std::vector<RankView>& all) {
 
 Status CallAgreement::agree(transport::Communicator& comm, const CallDescription& mine,
                             const void* payload, size_t payloadBytes) {
+  const void* leaves[1] = {payload};
+  return agree(comm, mine, leaves, payloadBytes > 0 ? 1 : 0, payloadBytes);
+}
+
+Status CallAgreement::agree(transport::Communicator& comm, const CallDescription& mine,
+                            const void* const* leaves, int nleaves, size_t leafBytes) {
   const int p = comm.size();
+  const size_t payloadBytes = static_cast<size_t>(nleaves) * leafBytes;
   if (payloadBytes > kInlineBytes) return Status::internal("inline payload too large");
   WireHeader h{};
   h.magic = kMagic;
@@ -192,14 +199,17 @@ Status CallAgreement::agree(transport::Communicator& comm, const CallDescription
   h.count = mine.count;
   h.nameHash = hashName(mine.name);
 
-  record_.resize(sizeof(h) + h.payloadBytes);
-  std::memcpy(record_.data(), &h, sizeof(h));
-  if (h.payloadBytes > 0) std::memcpy(record_.data() + sizeof(h), payload, h.payloadBytes);
-  DETCOLL_RETURN_IF_ERROR(
-      agreement_.exchangeRecords(comm, record_.data(), record_.size(), kSlot, sizeof(WireHeader)));
-  std::vector<const char*> records(p);
-  for (int j = 0; j < p; ++j) records[j] = agreement_.record(j);
-  if (callRecordsAgree(records)) return Status::ok();
+  char* record = agreement_.draft(comm, kSlot);
+  std::memcpy(record, &h, sizeof(h));
+  for (int l = 0; l < nleaves && h.payloadBytes > 0; ++l) {
+    std::memcpy(record + sizeof(h) + l * leafBytes, leaves[l], leafBytes);
+  }
+  DETCOLL_RETURN_IF_ERROR(agreement_.exchangeRecords(comm, record, sizeof(h) + h.payloadBytes,
+                                                     kSlot, sizeof(WireHeader)));
+  records_.resize(p);
+  for (int j = 0; j < p; ++j) records_[j] = agreement_.record(j);
+  if (callRecordsAgree(records_)) return Status::ok();
+  const std::vector<const char*> records = records_;
 
   // Every rank saw the same headers, so every rank takes this path: exchange the names and
   // error texts and word the failure.

@@ -59,6 +59,10 @@ class CallAgreement {
   // rank too).
   Status agree(transport::Communicator& comm, const CallDescription& mine, const void* payload,
                size_t payloadBytes);
+  // The same with the payload in pieces: nleaves buffers of leafBytes each, one after another,
+  // written straight into the record (no copy of the leaves before it).
+  Status agree(transport::Communicator& comm, const CallDescription& mine,
+               const void* const* leaves, int nleaves, size_t leafBytes);
 
   const void* payload(int rank) const;
   size_t payloadBytes(int rank) const;
@@ -66,7 +70,7 @@ class CallAgreement {
 
  private:
   Agreement agreement_;
-  std::vector<char> record_;  // this rank's header and payload
+  std::vector<const char*> records_;  // every rank's record, where the agreement holds them
 };
 
 // The verdict of a call agreement from every rank's record as each rank holds it (records[j]:

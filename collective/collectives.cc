@@ -55,25 +55,16 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   // Small calls carry this rank's leaves inline with the call description, so that every rank
   // holds every leaf after the agreement and reduces them locally. Device memory never does: it
   // is not readable here; native mode neither: the backend's allreduce is its point.
-  const void* payload = nullptr;
-  size_t payloadBytes = 0;
-  if (local.isOk() && device < 0 && reducesGatheredLeaves(mode) &&
-      n * bytes <= CallAgreement::kInlineBytes) {
-    payload_.resize(n * bytes);
-    // No copy of nothing: with count 0 the buffers may be null.
-    for (int l = 0; l < n && bytes > 0; ++l) {
-      std::memcpy(payload_.data() + l * bytes, leaves[l], bytes);
-    }
-    payload = payload_.data();
-    payloadBytes = n * bytes;
-  }
+  const bool inlined = local.isOk() && device < 0 && reducesGatheredLeaves(mode) &&
+                       n * bytes <= CallAgreement::kInlineBytes;
   DETCOLL_RETURN_IF_ERROR(agree(args, name, static_cast<int>(mode), std::max(n, 1), local, device,
-                                payload, payloadBytes));
+                                inlined ? leaves : nullptr, inlined ? n : 0, bytes));
   const int p = comm_.size();
   int64_t total = 0;
   for (int j = 0; j < p; ++j) total += agreement_.leaves(j);
-  DETCOLL_RETURN_IF_ERROR(
-      checkTotalLeaves(mode, total).prefixed("allreduce " + quotedName(name ? name : "")));
+  if (Status counted = checkTotalLeaves(mode, total); !counted.isOk()) {
+    return counted.prefixed("allreduce " + quotedName(name ? name : ""));
+  }
   if (count == 0) return Status::ok();
   AllreduceOptions o;
   o.mode = mode;
@@ -87,7 +78,7 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
   o.segmentBytes = segmentBytes_;
   o.invariantTransport = invariantTransport_;
   if (device >= 0) return devicePath().allreduce(o, device);
-  bool allInline = payload != nullptr;
+  bool allInline = inlined;
   for (int j = 0; j < p && allInline; ++j) {
     allInline = agreement_.payloadBytes(j) == agreement_.leaves(j) * bytes;
   }
@@ -97,7 +88,10 @@ Status Collectives::reduce(Mode mode, const void* const* leaves, int nleaves, vo
     for (int j = 0; j < p; ++j) {
       const char* base = static_cast<const char*>(agreement_.payload(j));
       gathered_.counts.push_back(agreement_.leaves(j));
-      for (int l = 0; l < agreement_.leaves(j); ++l) gathered_.leaves.push_back(base + l * bytes);
+      for (int l = 0; l < agreement_.leaves(j); ++l) {
+        // This rank's own leaves are read where the caller keeps them.
+        gathered_.leaves.push_back(j == comm_.rank() ? leaves[l] : base + l * bytes);
+      }
     }
     o.gathered = &gathered_;
   }
@@ -145,8 +139,8 @@ Status Collectives::runAllgather(const void* send, void* recv, size_t count, int
 }
 
 Status Collectives::agree(const CallArguments& args, const char* name, int mode, int leaves,
-                          const Status& local, int device, const void* payload,
-                          size_t payloadBytes) {
+                          const Status& local, int device, const void* const* inlined,
+                          int ninlined, size_t leafBytes) {
   DETCOLL_RETURN_IF_ERROR(comm_.health());
   CallDescription call;
   call.kind = args.kind;
@@ -159,7 +153,7 @@ Status Collectives::agree(const CallArguments& args, const char* name, int mode,
   call.count = args.count;
   call.device = device >= 0;
   call.local = local;
-  return agreement_.agree(comm_, call, payload, payloadBytes);
+  return agreement_.agree(comm_, call, inlined, ninlined, leafBytes);
 }
 
 Status Collectives::settle(const Status& status, const char* kind, const char* name) {

@@ -77,17 +77,17 @@ class Collectives {
   // The end of every call: a failure of the job (a rank gave up) fails the call, named by `kind`
   // and `name`, even where this rank's part succeeded.
   Status settle(const Status& status, const char* kind, const char* name);
-  // The call agreement on the call `args` describes, with this rank's local checks' verdict.
+  // The call agreement on the call `args` describes, with this rank's local checks' verdict and
+  // its inline leaves, if any (inlined buffers of leafBytes each).
   Status agree(const CallArguments& args, const char* name, int mode, int leaves,
-               const Status& local, int device, const void* payload = nullptr,
-               size_t payloadBytes = 0);
+               const Status& local, int device, const void* const* inlined = nullptr,
+               int ninlined = 0, size_t leafBytes = 0);
 
   transport::Communicator& comm_;
   CallAgreement agreement_;
   size_t segmentBytes_ = 1 << 20;
   InvariantTransport invariantTransport_ = InvariantTransport::kAuto;
-  std::vector<char> payload_;  // this rank's leaves, inline with the call description
-  Gathered gathered_;          // every rank's inline leaves
+  Gathered gathered_;  // every rank's inline leaves
   GpuTransport gpuTransport_ = GpuTransport::kAuto;
   void* stream_ = nullptr;
   std::unique_ptr<DevicePath> device_;

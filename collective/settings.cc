@@ -28,6 +28,10 @@ const char* invariantTransportName(InvariantTransport transport) {
   return "auto";
 }
 
+const char* agreementTransportName(AgreementTransport transport) {
+  return transport == AgreementTransport::kMessages ? "messages" : "auto";
+}
+
 Status loadSettings(Environment& env, Settings* settings) {
   Settings result;
   const char* used = nullptr;
@@ -54,6 +58,16 @@ Status loadSettings(Environment& env, Settings* settings) {
       }
     }
     if (!known) return invalidValue(used, v, "auto, leaves, encodings or mpi");
+  }
+  if (const char* v = env.get("DETCOLL_AGREEMENT_TRANSPORT", nullptr, &used)) {
+    bool known = false;
+    for (AgreementTransport t : {AgreementTransport::kAuto, AgreementTransport::kMessages}) {
+      if (std::string(v) == agreementTransportName(t)) {
+        result.agreementTransport = t;
+        known = true;
+      }
+    }
+    if (!known) return invalidValue(used, v, "auto or messages");
   }
   *settings = result;
   return Status::ok();

@@ -6,6 +6,8 @@
 //                          travel (device_path.h)
 //   DETCOLL_INVARIANT_TRANSPORT  auto | leaves | encodings | mpi (default auto): how the
 //                          invariant mode's host sums travel (allreduce.h)
+//   DETCOLL_AGREEMENT_TRANSPORT  auto | messages (default auto): how the agreements' records
+//                          travel (transport/record_board.h)
 
 #include <string>
 
@@ -30,10 +32,17 @@ enum class InvariantTransport : int {
 };
 const char* invariantTransportName(InvariantTransport transport);
 
+// How the agreements' records travel (docs/design.md, "The record board"): through a record
+// board in shared memory where every rank of a communicator is on one node (auto), or always as
+// messages (messages). The records, and so every result, are the same either way.
+enum class AgreementTransport : int { kAuto = 0, kMessages = 1 };
+const char* agreementTransportName(AgreementTransport transport);
+
 struct Settings {
   Mode mode = Mode::kOrdered;
   GpuTransport gpuTransport = GpuTransport::kAuto;
   InvariantTransport invariantTransport = InvariantTransport::kAuto;
+  AgreementTransport agreementTransport = AgreementTransport::kAuto;
 };
 
 // The settings from `env`; on an invalid value, the error and *settings untouched.

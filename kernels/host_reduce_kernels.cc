@@ -58,9 +58,13 @@ Pieces HostReduceKernels::table(const void* const* pointers, int) {
 }
 
 const void* const* HostReduceKernels::pointers(const Pieces& pieces, int k) {
-  pointers_.resize(k);
-  for (int j = 0; j < k; ++j) pointers_[j] = pieces.at<char>(j);
-  return pointers_.data();
+  const void** out = small_;
+  if (k > kSmall) {
+    pointers_.resize(k);
+    out = pointers_.data();
+  }
+  for (int j = 0; j < k; ++j) out[j] = pieces.at<char>(j);
+  return out;
 }
 
 void HostReduceKernels::fold(void* out, const Pieces& pieces, int k, int64_t n, DataType type,

@@ -59,6 +59,10 @@ class HostReduceKernels {
   const void* const* pointers(const Pieces& pieces, int k);
 
   size_t first_;  // the arena's first buffer of this object
+  // Where pointers() puts them: in the object up to kSmall pieces (no allocation for a small
+  // call), else on the heap.
+  static constexpr int kSmall = 16;
+  const void* small_[kSmall];
   std::vector<const void*> pointers_;
 };
 

@@ -54,6 +54,19 @@ Status agreeOnInvariantTransport(const Config& config, collective::Collectives& 
   return collectives.agreeOnValue("init", "DETCOLL_INVARIANT_TRANSPORT", Status::ok(), mine, name);
 }
 
+// DETCOLL_AGREEMENT_TRANSPORT, the same on every rank: a rank posting on the record board while
+// another sends messages would wait for records that never come.
+Status agreeOnAgreementTransport(const Config& config, collective::Collectives& collectives) {
+  collective::AgreedValue mine;
+  mine.present = true;
+  mine.words[0] = static_cast<uint64_t>(config.collective.agreementTransport);
+  auto name = [](const collective::AgreedValue& v) -> std::string {
+    return collective::agreementTransportName(
+        static_cast<collective::AgreementTransport>(v.words[0]));
+  };
+  return collectives.agreeOnValue("init", "DETCOLL_AGREEMENT_TRANSPORT", Status::ok(), mine, name);
+}
+
 // DETCOLL_FAST_PATH (or HOROVOD_CACHE_CAPACITY), the same on every rank: the engines start the
 // fast path of a repeated step together or not at all (fusion/fast_path.h).
 Status agreeOnFastPath(const Config& config, collective::Collectives& collectives) {
@@ -71,6 +84,7 @@ Status agreeOnFastPath(const Config& config, collective::Collectives& collective
 Status agreeOnSettings(const Config& config, collective::Collectives& collectives) {
   DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(config, collectives));
   DETCOLL_RETURN_IF_ERROR(agreeOnInvariantTransport(config, collectives));
+  DETCOLL_RETURN_IF_ERROR(agreeOnAgreementTransport(config, collectives));
   return agreeOnFastPath(config, collectives);
 }
 

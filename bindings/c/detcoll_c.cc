@@ -159,6 +159,16 @@ Mode currentMode() {
   return g_runtime ? g_runtime->config.collective.mode : Mode::kOrdered;
 }
 
+void chooseAgreementTransport(collective::transport::MpiCommunicator& comm,
+                              collective::AgreementTransport transport, const char* which) {
+  std::string why = "DETCOLL_AGREEMENT_TRANSPORT is messages";
+  if (transport == collective::AgreementTransport::kAuto && comm.attachBoard(&why)) {
+    DETCOLL_LOG(kDebug) << which << ": agreements through a record board in shared memory";
+    return;
+  }
+  DETCOLL_LOG(kDebug) << which << ": agreements as messages (" << why << ")";
+}
+
 namespace {
 
 Status initialize() {
@@ -203,6 +213,8 @@ Status initialize() {
   if (local.isOk()) local = prepareTrace(*runtime);
   DETCOLL_RETURN_IF_ERROR(runtime->collectives->agreeOnInit(mode, local));
   DETCOLL_RETURN_IF_ERROR(agreeOnSettings(runtime->config, *runtime->collectives));
+  chooseAgreementTransport(*runtime->comm, runtime->config.collective.agreementTransport,
+                           "blocking calls");
   DETCOLL_RETURN_IF_ERROR(initializeRandomState(*runtime));
 
   MPI_Comm node = MPI_COMM_NULL;
@@ -220,6 +232,8 @@ Status initialize() {
     DETCOLL_RETURN_IF_ERROR(
         collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &runtime->engineComm));
     runtime->engineComm->setPatience(patience);
+    chooseAgreementTransport(*runtime->engineComm, runtime->config.collective.agreementTransport,
+                             "the fusion engine");
     runtime->engine =
         std::make_unique<fusion::Engine>(*runtime->engineComm, runtime->config.engine);
     // A timeline that cannot be written fails init on every rank (the engines still start, so

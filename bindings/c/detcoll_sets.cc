@@ -118,7 +118,12 @@ Status addProcessSet(const int* ranks, int n, int* id) {
     runtime.engine->removeProcessSet(set);
     return made.prefixed(call);
   }
-  if (comm) runtime.engine->attachCommunicator(set, std::move(comm));
+  if (comm) {
+    // Every member made its communicator: the board is the members' collective.
+    chooseAgreementTransport(*comm, runtime.config.collective.agreementTransport,
+                             "a process set");
+    runtime.engine->attachCommunicator(set, std::move(comm));
+  }
   runtime.processSets[set] = members;
   *id = static_cast<int>(set);
   return Status::ok();

@@ -78,6 +78,10 @@ Status leaveBlockingCall(const Status& status);
 Status takeRejection();
 // The determinism mode of the next call: detcoll_set_mode's, else DETCOLL_DETERMINISM's.
 Mode currentMode();
+// Collective over `comm`: its record board where DETCOLL_AGREEMENT_TRANSPORT (agreed at init) is
+// auto and every rank can map one; logs which way its agreements travel.
+void chooseAgreementTransport(collective::transport::MpiCommunicator& comm,
+                              collective::AgreementTransport transport, const char* which);
 // The root seed at init: DETCOLL_SEED (the same on every rank) or a value drawn on rank 0,
 // agreed by every rank; the counters start empty. Collective.
 Status initializeRandomState(Runtime& runtime);

@@ -18,6 +18,7 @@
 namespace detcoll::collective::transport {
 
 class NativeCollectives;
+class RecordBoard;
 
 // How long a wait for a peer may last (docs/design.md, "Failures"): after warnSeconds it is
 // reported through `warn` (and again every warnSeconds), after limitSeconds the communicator gives
@@ -81,6 +82,10 @@ class Communicator {
   // them where they may (native mode, broadcast, allgather, barrier) and run their own schedules
   // over isend/irecv otherwise.
   virtual NativeCollectives* native() { return nullptr; }
+
+  // The record board (record_board.h) where every rank maps one, or null: the agreements exchange
+  // their records through it instead of messages.
+  virtual RecordBoard* board() { return nullptr; }
 
   // Tags of the layers above are below kMaxTag; kMaxTag itself carries abandonment notices.
   static constexpr int kMaxTag = 32767;

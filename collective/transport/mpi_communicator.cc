@@ -175,6 +175,7 @@ MpiCommunicator::~MpiCommunicator() {
   // An abandoned communicator may still have operations in flight that no peer will complete: it
   // is left to the end of the process.
   if (!finalized && !isBroken_.load()) MPI_Comm_free(&comm_);
+  releaseBoard();
 }
 
 Status MpiCommunicator::broken() const {
@@ -192,6 +193,12 @@ bool MpiCommunicator::setBroken(const Status& why) {
 }
 
 void MpiCommunicator::abandon(const Status& why) {
+  if (board_) {
+    // Every peer maps the board and sees the notice at once; of ranks giving up together, every
+    // one takes the first reason posted, so that all name the same rank.
+    setBroken(board_->postNotice(why));
+    return;
+  }
   if (!setBroken(why)) return;
   // The notice: the status code, then the text, which names the rank that stopped answering
   // (passed on as it is, so that every rank names that one). Its buffer lives as long as the
@@ -210,6 +217,12 @@ void MpiCommunicator::abandon(const Status& why) {
 
 Status MpiCommunicator::health() {
   if (isBroken_.load(std::memory_order_acquire)) return broken();
+  if (board_) {
+    // Every rank that gives up posts on the board (abandon()): one load instead of a probe.
+    if (!board_->noticed()) return Status::ok();
+    setBroken(board_->notice());
+    return broken();
+  }
   // A matched probe: of two threads that see one notice, only one receives it.
   int flag = 0;
   MPI_Message message;

@@ -5,8 +5,10 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "collective/transport/communicator.h"
+#include "collective/transport/record_board.h"
 
 namespace detcoll::collective::transport {
 
@@ -24,6 +26,12 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
   static Status create(MPI_Comm parent, std::unique_ptr<MpiCommunicator>* out);
   ~MpiCommunicator() override;
 
+  // Collective: gives the communicator a record board (record_board.h) in POSIX shared memory
+  // when every rank is on this node and every rank could map it, on every rank or on none
+  // (mpi_board.cc). False, with the reason in *why, where there is none.
+  bool attachBoard(std::string* why);
+  RecordBoard* board() override { return board_.get(); }
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm handle() const { return comm_; }
@@ -40,7 +48,10 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
   Status allgather(const void* send, void* recv, size_t bytes) override;
   Status barrier() override;
 
-  void setPatience(const Patience& patience) override { patience_ = patience; }
+  void setPatience(const Patience& patience) override {
+    patience_ = patience;
+    if (board_) board_->setPatience(patience);
+  }
   void abandon(const Status& why) override;
   Status health() override;
 
@@ -54,6 +65,7 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
 
  private:
   explicit MpiCommunicator(MPI_Comm comm);
+  void releaseBoard();
   void release(MPI_Request* request, Waiting what);
   Status started(const char* call, int rc, MPI_Request* request);
 
@@ -69,6 +81,10 @@ class MpiCommunicator : public Communicator, public NativeCollectives {
   std::atomic<bool> isBroken_{false};
   mutable std::mutex brokenMutex_;
   Status broken_;
+
+  std::unique_ptr<RecordBoard> board_;
+  void* boardMemory_ = nullptr;
+  size_t boardBytes_ = 0;
 };
 
 // The MPI type of a dtype: float16 and bfloat16 travel as MPI_UINT16_T (MPI has no such float

@@ -27,8 +27,11 @@ struct Message {
 
 class ThreadWorld {
  public:
-  explicit ThreadWorld(int size) : size_(size) {}
+  explicit ThreadWorld(int size, bool board = false)
+      : size_(size), board_(board ? (RecordBoard::bytes(size) + 63) / 64 : 0) {}
   int size() const { return size_; }
+  // The board's memory (zeroed, 64-byte aligned), or null.
+  void* board() { return board_.empty() ? nullptr : board_.data(); }
 
   // Posts one side of a transfer; completes both sides if the other is already waiting.
   void post(const std::shared_ptr<Message>& t, bool isSend, int from, int to, int tag) {
@@ -73,7 +76,9 @@ class ThreadWorld {
   // The world of the index-th duplicate: the same ranks, its own messages.
   std::shared_ptr<ThreadWorld> child(size_t index) {
     std::lock_guard<std::mutex> lock(mutex_);
-    while (children_.size() <= index) children_.push_back(std::make_shared<ThreadWorld>(size_));
+    while (children_.size() <= index) {
+      children_.push_back(std::make_shared<ThreadWorld>(size_, !board_.empty()));
+    }
     return children_[index];
   }
 
@@ -92,6 +97,10 @@ class ThreadWorld {
   std::map<Key, std::deque<std::shared_ptr<Message>>> sends_;
   std::map<Key, std::deque<std::shared_ptr<Message>>> recvs_;
   std::vector<std::shared_ptr<ThreadWorld>> children_;
+  struct alignas(64) Line {
+    char bytes[64];
+  };
+  std::vector<Line> board_;
 };
 
 namespace {
@@ -113,7 +122,27 @@ class ThreadTransfer : public Transfer {
 }  // namespace
 
 ThreadCommunicator::ThreadCommunicator(std::shared_ptr<ThreadWorld> world, int rank)
-    : world_(std::move(world)), rank_(rank) {}
+    : world_(std::move(world)), rank_(rank) {
+  if (void* memory = world_->board()) {
+    board_ = std::make_unique<RecordBoard>(memory, rank_, world_->size(), *this);
+  }
+}
+
+ThreadCommunicator::~ThreadCommunicator() = default;
+
+void ThreadCommunicator::setPatience(const Patience& patience) {
+  if (board_) board_->setPatience(patience);
+}
+
+void ThreadCommunicator::abandon(const Status& why) {
+  if (board_ && broken_.isOk()) broken_ = board_->postNotice(why);
+}
+
+Status ThreadCommunicator::health() {
+  if (!broken_.isOk()) return broken_;
+  if (board_ && board_->noticed()) broken_ = board_->notice();
+  return broken_;
+}
 
 int ThreadCommunicator::size() const {
   return world_->size();
@@ -142,8 +171,8 @@ std::unique_ptr<ThreadCommunicator> ThreadCommunicator::duplicate() {
   return std::make_unique<ThreadCommunicator>(world_->child(duplicates_++), rank_);
 }
 
-Status spawn(int size, const std::function<void(Communicator&)>& fn) {
-  auto world = std::make_shared<ThreadWorld>(size);
+Status spawn(int size, const std::function<void(Communicator&)>& fn, bool board) {
+  auto world = std::make_shared<ThreadWorld>(size, board);
   std::vector<Status> failures(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {

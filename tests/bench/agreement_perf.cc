@@ -9,7 +9,8 @@
 // rank sent with the agreement's tag and with any tag (the communicator's counts, the same on
 // every rank, else the largest), and the mean time of a call (the slowest rank's, median of the
 // repetitions), beside MPI_Allreduce of the same 8 bytes timed alternately. #wrong counts results
-// whose bits differ from the rank-order sum.
+// whose bits differ from the rank-order sum. The agreement travels as messages (the path across
+// nodes), or with --board through a record board in shared memory (one node).
 
 #include <mpi.h>
 
@@ -36,13 +37,14 @@ struct Options {
   int repeats = 5;
   int warmup = 20;
   bool header = true;
+  bool board = false;  // --board: the agreements through a record board (one node)
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "detcoll_agreement_perf: %s\n"
                "usage: detcoll_agreement_perf [-n calls] [-r repetitions] [-w warmup] "
-               "[--no-header]\n",
+               "[--no-header] [--board]\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -54,6 +56,10 @@ Options parse(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--no-header") {
       o.header = false;
+      continue;
+    }
+    if (flag == "--board") {
+      o.board = true;
       continue;
     }
     if (i + 1 >= argc) usage(("missing value for " + flag).c_str());
@@ -107,6 +113,10 @@ int main(int argc, char** argv) {
   {
     std::unique_ptr<MpiCommunicator> comm;
     require(MpiCommunicator::create(MPI_COMM_WORLD, &comm), "communicator");
+    std::string noBoard;
+    if (o.board && !comm->attachBoard(&noBoard)) {
+      require(detcoll::Status::backend("no record board: " + noBoard), "--board");
+    }
     Collectives collectives(*comm);
 
     // Rank r's inputs: r + 0.25 and r + 0.5; the rank-order sum is exact in float32 here.

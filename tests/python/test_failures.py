@@ -4,6 +4,8 @@ calling collectives; and at np 5, a blocking call whose agreement forwards recor
 rank that stopped. Each run is bounded in time; what every rank reports
 (tests/mpi/failure_check.cc) is judged here: no rank ever gets a wrong result as success, every
 waiting rank fails within the stall limit + 5 s naming the rank that stopped, and the job ends.
+The agreements travel on the record board (every rank is on this node) unless a test passes
+DETCOLL_AGREEMENT_TRANSPORT=messages.
 """
 
 import os
@@ -27,13 +29,13 @@ pytestmark = pytest.mark.skipif(not CHECK or not MPIEXEC,
 EVENT = re.compile(r'@@ rank=(\d+) event=(\S+) t=([\d.]+)((?: (?!msg=|event=|rank=|t=)\w+=[^ "@\n]*)*)(?: msg="([^"]*)")?')
 
 
-def run(scenario, *args, mpirun_flags=(), timeout=90, program=CHECK, np=3):
+def run(scenario, *args, mpirun_flags=(), timeout=90, program=CHECK, np=3, agreement="auto"):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                DETCOLL_DETERMINISM="ordered", DETCOLL_STALL_SHUTDOWN_SECONDS=str(LIMIT),
-               DETCOLL_STALL_CHECK_SECONDS="1")
+               DETCOLL_STALL_CHECK_SECONDS="1", DETCOLL_AGREEMENT_TRANSPORT=agreement)
     cmd = [MPIEXEC, "-np", str(np), "--oversubscribe", *mpirun_flags]
     for name in ("DETCOLL_DETERMINISM", "DETCOLL_STALL_SHUTDOWN_SECONDS",
-                 "DETCOLL_STALL_CHECK_SECONDS"):
+                 "DETCOLL_STALL_CHECK_SECONDS", "DETCOLL_AGREEMENT_TRANSPORT"):
         cmd += ["-x", name]
     cmd += ["-x", "PYTHONPATH"] if "PYTHONPATH" in env else []
     cmd += ([program] if program else []) + [scenario, *map(str, args)]
@@ -128,17 +130,18 @@ def test_two_threads_never_cross_data(names):
         assert "thread other than the one that called detcoll_init" in e["msg"], e
 
 
-@pytest.mark.parametrize("how,expected", [
-    ("wedged_blocking", ["blocking"]),
-    ("wedged_engine", ["async"]),
-    ("stopped", ["async", "blocking"]),
-    ("killed", ["async", "blocking"]),
+@pytest.mark.parametrize("how,expected,agreement", [
+    ("wedged_blocking", ["blocking"], "auto"),
+    ("wedged_engine", ["async"], "auto"),
+    ("stopped", ["async", "blocking"], "auto"),
+    ("stopped", ["async", "blocking"], "messages"),
+    ("killed", ["async", "blocking"], "auto"),
 ])
-def test_survivors_fail_naming_the_rank_that_stopped(how, expected):
+def test_survivors_fail_naming_the_rank_that_stopped(how, expected, agreement):
     # A killed rank would end the job at once; --enable-recovery keeps mpirun (Open MPI 4) and the
     # survivors alive, as after a failure the MPI survives.
     flags = ("--enable-recovery",) if how == "killed" else ()
-    events, begin, end, output = run(how, mpirun_flags=flags)
+    events, begin, end, output = run(how, mpirun_flags=flags, agreement=agreement)
     expect_nothing_wrong(events, output)
     for rank in (0, 1):
         got = {e["call"]: e for e in calls(events, rank) if e["call"] != "before"}
@@ -153,12 +156,14 @@ def test_survivors_fail_naming_the_rank_that_stopped(how, expected):
     assert end - begin <= len(expected) * (LIMIT + SLACK) + 20, output
 
 
-def test_a_forwarding_agreement_names_the_rank_that_stopped():
-    # From four ranks on, the call agreement forwards records (docs/design.md, "Agreement"): rank 1
-    # waits for rank 3's message, which rank 3 sends once it has rank 4's. Every survivor must
-    # still name rank 4, not a neighbour that was waiting for it.
+@pytest.mark.parametrize("agreement", ["messages", "auto"])
+def test_a_forwarding_agreement_names_the_rank_that_stopped(agreement):
+    # From four ranks on, the call agreement as messages forwards records (docs/design.md,
+    # "Agreement"): rank 1 waits for rank 3's message, which rank 3 sends once it has rank 4's.
+    # Every survivor must still name rank 4, not a neighbour that was waiting for it; on the record
+    # board (auto, one node) every rank waits for rank 4's record itself.
     np = 5
-    events, _, _, output = run("wedged_blocking", np=np)
+    events, _, _, output = run("wedged_blocking", np=np, agreement=agreement)
     expect_nothing_wrong(events, output)
     for rank in range(np - 1):
         [e] = calls(events, rank, call="blocking")

@@ -1,0 +1,250 @@
+// collective/transport/record_board.h over the thread communicator's board: every rank reads
+// every record of every exchange in place and no agreement message is sent; records another
+// agreement's size fail every rank as mismatches and leave the ranks in step; small and large
+// allreduces give the rank-order reference's bits and the message path's; a silent rank is named
+// on every rank within the stall limit, with one text, and cannot complete a call afterwards; a
+// notice fails every later exchange at once.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/agreement.h"
+#include "collective/call_agreement.h"
+#include "collective/collectives.h"
+#include "collective/tags.h"
+#include "collective/transport/record_board.h"
+#include "collective/transport/thread_communicator.h"
+#include "tests/support/reference.h"
+
+namespace detcoll {
+namespace {
+
+using collective::Agreement;
+using collective::CallAgreement;
+using collective::kTagAgreement;
+using collective::transport::Communicator;
+using collective::transport::Patience;
+using collective::transport::spawn;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kCapacity = CallAgreement::kRecordBytes;
+
+void runOnBoard(int p, const std::function<void(Communicator&)>& fn) {
+  const Status spawned = spawn(p, [&](Communicator& comm) {
+    ASSERT_NE(comm.board(), nullptr);
+    fn(comm);
+  }, true);
+  ASSERT_TRUE(spawned.isOk()) << spawned.toString();
+}
+
+std::vector<char> recordOf(int p, int r, int call) {
+  std::mt19937_64 gen(static_cast<uint64_t>(p) * 1000003 + r * 7919 + call * 31 + 11);
+  size_t bytes = gen() % (kCapacity + 1);
+  if (gen() % 4 == 0) bytes = gen() % 2 == 0 ? 0 : kCapacity;
+  std::vector<char> record(bytes);
+  for (char& c : record) c = static_cast<char>(gen());
+  return record;
+}
+
+// A 4-byte exchange that every rank makes after a failure: the ranks are still in step.
+Status exchangeInStep(Communicator& comm) {
+  Agreement agreement;
+  const uint32_t mine = 42u + comm.rank();
+  DETCOLL_RETURN_IF_ERROR(agreement.exchangeRecords(comm, &mine, sizeof mine, 4, 4));
+  for (int j = 0; j < comm.size(); ++j) {
+    uint32_t got = 0;
+    std::memcpy(&got, agreement.record(j), sizeof got);
+    if (got != 42u + j) return Status::internal("rank " + std::to_string(j) + "'s value differs");
+  }
+  return Status::ok();
+}
+
+TEST(RecordBoardTest, EveryRankReadsEveryRecordInPlaceWithNoMessages) {
+  for (int p : {1, 2, 3, 5, 9}) {
+    SCOPED_TRACE(std::to_string(p) + " ranks");
+    std::vector<std::string> failures(p);
+    runOnBoard(p, [&](Communicator& comm) {
+      const int r = comm.rank();
+      Agreement agreement;
+      const uint64_t before = comm.sentMessages(kTagAgreement);
+      for (int call = 0; call < 40; ++call) {
+        const std::vector<char> mine = recordOf(p, r, call);
+        const Status s = agreement.exchangeRecords(comm, mine.data(), mine.size(), kCapacity, 0);
+        if (!s.isOk()) {
+          failures[r] = "call " + std::to_string(call) + ": " + s.toString();
+          return;
+        }
+        for (int j = 0; j < p; ++j) {
+          const std::vector<char> theirs = recordOf(p, j, call);
+          if (agreement.recordBytes(j) != theirs.size() ||
+              std::memcmp(agreement.record(j), theirs.data(), theirs.size()) != 0) {
+            failures[r] = "call " + std::to_string(call) + ": rank " + std::to_string(j) +
+                          "'s record differs";
+            return;
+          }
+        }
+        // Another agreement between two of this one's exchanges shares the board's sequence.
+        if (call % 3 == 0) {
+          const Status local = Status::ok();
+          const Status agreed = collective::agreeOnStatus(comm, local);
+          if (!agreed.isOk()) failures[r] = "status: " + agreed.toString();
+        }
+      }
+      if (comm.sentMessages(kTagAgreement) != before) failures[r] = "agreement messages were sent";
+    });
+    for (int r = 0; r < p; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
+  }
+}
+
+TEST(RecordBoardTest, RecordsOfAnotherAgreementFailEveryRankAndLeaveThemInStep) {
+  for (int p : {2, 3, 6}) {
+    for (int other : {0, p - 1}) {
+      SCOPED_TRACE(std::to_string(p) + " ranks, rank " + std::to_string(other) + " elsewhere");
+      std::vector<Status> status(p), after(p);
+      runOnBoard(p, [&](Communicator& comm) {
+        const int r = comm.rank();
+        if (r == other) {
+          status[r] = collective::agreeOnStatus(comm, Status::ok());
+        } else {
+          CallAgreement call;
+          collective::CallDescription d;
+          d.count = 3;
+          const float payload[3] = {1.5f, -2.25f, 3e-7f};
+          status[r] = call.agree(comm, d, payload, sizeof payload);
+        }
+        after[r] = exchangeInStep(comm);
+      });
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(status[r].code(), StatusCode::kMismatch) << "rank " << r;
+        EXPECT_NE(status[r].message().find("different agreements"), std::string::npos)
+            << "rank " << r << ": " << status[r].message();
+        EXPECT_TRUE(after[r].isOk()) << "rank " << r << ": " << after[r].toString();
+      }
+    }
+  }
+}
+
+// Every rank's allreduce of `count` values of `type` in `mode`, on a board or over messages.
+std::vector<std::vector<uint8_t>> allreduceEverywhere(int p, Mode mode, DataType type, size_t count,
+                                                      uint64_t seed, bool board) {
+  std::vector<std::vector<uint8_t>> inputs, outputs(p);
+  for (int r = 0; r < p; ++r) inputs.push_back(testing::randomBuffer(type, count, seed * 131 + r));
+  const Status spawned = spawn(p, [&](Communicator& comm) {
+    collective::Collectives collectives(comm);
+    const int r = comm.rank();
+    outputs[r].assign(count * dataTypeSize(type), 0);
+    const Status s =
+        collectives.allreduce(mode, inputs[r].data(), outputs[r].data(), count,
+                              static_cast<int>(type), static_cast<int>(ReduceOp::kSum), "g");
+    if (!s.isOk()) outputs[r].clear();
+  }, board);
+  EXPECT_TRUE(spawned.isOk()) << spawned.toString();
+  return outputs;
+}
+
+TEST(RecordBoardTest, AllreducesGiveTheReferenceBitsAndTheMessagePathsBits) {
+  // Inline calls (the agreement is the whole call) and one past the inline payload (the schedule's
+  // messages after the agreement on the board).
+  for (int p : {2, 3, 5}) {
+    for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
+      for (size_t count : {size_t{1}, size_t{67}, size_t{1000}, size_t{9000}}) {
+        SCOPED_TRACE(std::to_string(p) + " ranks, " + dataTypeName(type) + ", " +
+                     std::to_string(count));
+        const uint64_t seed = p * 1000 + count;
+        const auto ordered = allreduceEverywhere(p, Mode::kOrdered, type, count, seed, true);
+        std::vector<std::vector<uint8_t>> inputs;
+        std::vector<const void*> pointers;
+        for (int r = 0; r < p; ++r) inputs.push_back(testing::randomBuffer(type, count, seed * 131 + r));
+        for (const auto& in : inputs) pointers.push_back(in.data());
+        std::vector<uint8_t> expected(count * dataTypeSize(type));
+        testing::referenceFold(expected.data(), pointers, count, type, ReduceOp::kSum, p);
+        for (int r = 0; r < p; ++r) EXPECT_EQ(ordered[r], expected) << "ordered, rank " << r;
+        const auto invariant = allreduceEverywhere(p, Mode::kInvariant, type, count, seed, true);
+        const auto messages = allreduceEverywhere(p, Mode::kInvariant, type, count, seed, false);
+        for (int r = 0; r < p; ++r) {
+          EXPECT_FALSE(invariant[r].empty()) << "rank " << r;
+          EXPECT_EQ(invariant[r], messages[r]) << "invariant, rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(RecordBoardTest, ASilentRankIsNamedWithinTheLimitAndCannotCompleteACallLater) {
+  constexpr int p = 3;
+  constexpr int silent = 2;
+  constexpr double kLimit = 0.3;
+  std::vector<Status> status(p), later(p);
+  std::vector<double> seconds(p);
+  std::atomic<int> warnings{0};
+  runOnBoard(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Patience patience;
+    patience.warnSeconds = 0.1;
+    patience.limitSeconds = kLimit;
+    patience.warn = [&](const std::string& text) {
+      if (text.find("the record of rank 2") != std::string::npos) ++warnings;
+    };
+    comm.setPatience(patience);
+    ASSERT_TRUE(exchangeInStep(comm).isOk());
+    // The silent rank comes back long after the others gave up; its peers' records of this very
+    // exchange are on the board.
+    if (r == silent) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    const Clock::time_point start = Clock::now();
+    CallAgreement call;
+    collective::CallDescription d;
+    d.count = 1;
+    const double payload = 0.1 * (r + 1);
+    status[r] = call.agree(comm, d, &payload, sizeof payload);
+    seconds[r] = std::chrono::duration<double>(Clock::now() - start).count();
+    later[r] = exchangeInStep(comm);
+  });
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(status[r].code(), StatusCode::kTimeout) << "rank " << r;
+    EXPECT_EQ(status[r].message(), status[0].message()) << "rank " << r;
+    EXPECT_EQ(later[r].message(), status[0].message()) << "rank " << r;
+    EXPECT_LT(seconds[r], kLimit + 0.5) << "rank " << r;
+  }
+  EXPECT_NE(status[0].message().find("rank 2 stopped answering"), std::string::npos)
+      << status[0].message();
+  EXPECT_GE(warnings.load(), 2);
+}
+
+TEST(RecordBoardTest, ANoticeFailsEveryLaterExchangeAndTheFirstReasonStays) {
+  for (int p : {2, 4}) {
+    std::vector<Status> first(p), health(p), exchanged(p);
+    std::atomic<int> done{0};
+    runOnBoard(p, [&](Communicator& comm) {
+      const int r = comm.rank();
+      ASSERT_TRUE(exchangeInStep(comm).isOk());
+      // Every rank has finished that exchange before one gives up (else it fails it: a call that
+      // ends after a notice is no success).
+      ++done;
+      while (done.load() < p) std::this_thread::yield();
+      if (r == p - 1) comm.abandon(Status::backend("rank " + std::to_string(r) + " gave up first"));
+      // The rank that gave up posts nothing more: every other rank's exchange ends on the notice.
+      first[r] = exchangeInStep(comm);
+      // Every rank that gives up afterwards keeps the first reason.
+      comm.abandon(Status::timeout("rank " + std::to_string(r) + " gave up later"));
+      health[r] = comm.health();
+      exchanged[r] = exchangeInStep(comm);
+    });
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(first[r].code(), StatusCode::kBackend) << "rank " << r;
+      EXPECT_EQ(first[r].message(), health[r].message()) << "rank " << r;
+      EXPECT_EQ(health[r].code(), StatusCode::kBackend) << "rank " << r;
+      EXPECT_EQ(health[r].message(), "rank " + std::to_string(p - 1) + " gave up first");
+      EXPECT_EQ(exchanged[r].message(), health[r].message()) << "rank " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detcoll
