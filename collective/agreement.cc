@@ -254,7 +254,8 @@ Status Agreement::exchangeRecords(transport::Communicator& comm, const void* rec
     DETCOLL_RETURN_IF_ERROR(board->exchange(record, bytes));
     for (int j = 0; j < p; ++j) {
       at_[j] = board->record(j);
-      sizes_[j] = board->recordBytes(j);
+      // Not this rank's own slot: its lines may have gone to the peers that read them.
+      sizes_[j] = j == rank ? bytes : board->recordBytes(j);
     }
     return checkSizes(p, capacity, minimum);
   }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "collective/tags.h"
+#include "collective/transport/record_board.h"
 #include "common/dtype.h"
 #include "common/hash.h"
 
@@ -30,6 +31,8 @@ struct WireHeader {
   uint64_t nameHash;
 };
 static_assert(sizeof(WireHeader) == CallAgreement::kHeaderBytes);
+static_assert(CallAgreement::kRecordBytes <= transport::RecordBoard::kRecordCapacity,
+              "a call's record fits a record board's slot");
 
 constexpr size_t kSlot = CallAgreement::kRecordBytes;
 
@@ -199,17 +202,23 @@ Status CallAgreement::agree(transport::Communicator& comm, const CallDescription
   h.count = mine.count;
   h.nameHash = hashName(mine.name);
 
+  // The leaves first, then the header, whose line the exchange then marks posted: written
+  // together, while the peers polling that line are kept waiting the least.
   char* record = agreement_.draft(comm, kSlot);
-  std::memcpy(record, &h, sizeof(h));
   for (int l = 0; l < nleaves && h.payloadBytes > 0; ++l) {
     std::memcpy(record + sizeof(h) + l * leafBytes, leaves[l], leafBytes);
   }
+  std::memcpy(record, &h, sizeof(h));
   DETCOLL_RETURN_IF_ERROR(agreement_.exchangeRecords(comm, record, sizeof(h) + h.payloadBytes,
                                                      kSlot, sizeof(WireHeader)));
-  records_.resize(p);
-  for (int j = 0; j < p; ++j) records_[j] = agreement_.record(j);
-  if (callRecordsAgree(records_)) return Status::ok();
-  const std::vector<const char*> records = records_;
+  // This rank's header from its own copy (callRecordsAgree reads headers only): its slot on a
+  // record board has just been read by the peers, which may have taken its lines with them.
+  std::memcpy(ownHeader_, &h, sizeof h);
+  headers_.resize(p);
+  for (int j = 0; j < p; ++j) headers_[j] = j == comm.rank() ? ownHeader_ : agreement_.record(j);
+  if (callRecordsAgree(headers_)) return Status::ok();
+  std::vector<const char*> records(p);
+  for (int j = 0; j < p; ++j) records[j] = agreement_.record(j);
 
   // Every rank saw the same headers, so every rank takes this path: exchange the names and
   // error texts and word the failure.
@@ -251,11 +260,11 @@ Status callFailure(const std::vector<const char*>& records,
 }
 
 size_t CallAgreement::payloadBytes(int rank) const {
-  return reinterpret_cast<const WireHeader*>(agreement_.record(rank))->payloadBytes;
+  return headerOf(headers_[rank]).payloadBytes;
 }
 
 int CallAgreement::leaves(int rank) const {
-  return reinterpret_cast<const WireHeader*>(agreement_.record(rank))->leaves;
+  return headerOf(headers_[rank]).leaves;
 }
 
 const void* CallAgreement::payload(int rank) const {

@@ -70,7 +70,10 @@ class CallAgreement {
 
  private:
   Agreement agreement_;
-  std::vector<const char*> records_;  // every rank's record, where the agreement holds them
+  // Every rank's header after a successful agree(): this rank's own copy for itself, the
+  // agreement's records for the others.
+  std::vector<const char*> headers_;
+  char ownHeader_[kHeaderBytes] = {};
 };
 
 // The verdict of a call agreement from every rank's record as each rank holds it (records[j]:

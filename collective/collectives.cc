@@ -139,8 +139,8 @@ Status Collectives::runAllgather(const void* send, void* recv, size_t count, int
 }
 
 Status Collectives::agree(const CallArguments& args, const char* name, int mode, int leaves,
-                          const Status& local, int device, const void* const* inlined,
-                          int ninlined, size_t leafBytes) {
+                          const Status& local, int device, const void* const* inlined, int ninlined,
+                          size_t leafBytes) {
   DETCOLL_RETURN_IF_ERROR(comm_.health());
   CallDescription call;
   call.kind = args.kind;

@@ -120,8 +120,7 @@ Status addProcessSet(const int* ranks, int n, int* id) {
   }
   if (comm) {
     // Every member made its communicator: the board is the members' collective.
-    chooseAgreementTransport(*comm, runtime.config.collective.agreementTransport,
-                             "a process set");
+    chooseAgreementTransport(*comm, runtime.config.collective.agreementTransport, "a process set");
     runtime.engine->attachCommunicator(set, std::move(comm));
   }
   runtime.processSets[set] = members;

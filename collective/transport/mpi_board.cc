@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -75,10 +76,13 @@ bool MpiCommunicator::attachBoard(std::string* why) {
   }
   if (rank_ != 0) fd = shm_open(name, O_RDWR, 0600);
   void* memory = MAP_FAILED;
-  if (fd >= 0) {
+  // A segment of another size is not the one rank 0 made (a rank with another /dev/shm): mapped,
+  // it would fault past its end.
+  struct stat made {};
+  if (fd >= 0 && fstat(fd, &made) == 0 && static_cast<size_t>(made.st_size) == bytes) {
     memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
   }
+  if (fd >= 0) close(fd);
   // Every rank has opened the segment (or failed to) once this returns: its name can go.
   const bool mapped = everyRank(comm_, memory != MAP_FAILED);
   if (rank_ == 0) shm_unlink(name);

@@ -3,8 +3,8 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -35,12 +35,11 @@ struct Notice {
 // How long a wait spins before it yields the core on every poll: long enough for a peer that is
 // a few microseconds behind, short enough that oversubscribed ranks hand their cores over.
 constexpr std::chrono::microseconds kSpinTime(50);
+// How long a reader waits for a poster between its two stores (descheduled, on an oversubscribed
+// node) before it takes the poster for dead.
+constexpr std::chrono::seconds kNoticeWriteSeconds(10);
 // The most of a record that an exchange prefetches.
 constexpr size_t kPrefetchBytes = 4096;
-// Polls between prefetches of a record still awaited, and the most lines each asks for (more would
-// pull lines away from a peer still writing them).
-constexpr unsigned kPollsPerPrefetch = 8;
-constexpr size_t kPolledLines = 8;
 // Polls between looks at the board's notice and the clock.
 constexpr unsigned kPollsPerLook = 64;
 
@@ -64,9 +63,9 @@ inline void prefetchLines(const void* slot, size_t from, size_t to) {
   for (size_t l = from; l < to; ++l) __builtin_prefetch(base + l * kLine);
 }
 
-// A slot: its sequence number and size, then the record, whose first 48 bytes (a call's header)
-// share their line with the sequence number, so that the load that sees a record arrive brings
-// its header too.
+// A slot: its sequence number and size, then the record, whose first 48 bytes (a call's 32-byte
+// header and the first 16 bytes of its leaves) share their line with the sequence number, so
+// that the load that sees a record arrive brings the header too.
 struct RecordBoard::Slot {
   uint64_t sequence;
   uint64_t bytes;
@@ -91,8 +90,7 @@ RecordBoard::RecordBoard(void* memory, int rank, int size, Communicator& owner)
 
 RecordBoard::Slot* RecordBoard::slot(int rank, uint64_t sequence) const {
   const size_t index = static_cast<size_t>(rank) * 2 + (sequence & 1);
-  return reinterpret_cast<Slot*>(memory_ + roundUp(sizeof(Notice)) +
-                                 index * roundUp(sizeof(Slot)));
+  return reinterpret_cast<Slot*>(memory_ + roundUp(sizeof(Notice)) + index * roundUp(sizeof(Slot)));
 }
 
 bool RecordBoard::arrived(int rank, uint64_t sequence) const {
@@ -100,8 +98,14 @@ bool RecordBoard::arrived(int rank, uint64_t sequence) const {
 }
 
 char* RecordBoard::nextRecord() {
-  // The slot of the exchange before last, which every peer has done with: each posted the last
-  // exchange's record, and a rank posts only once it is done with the records before.
+  // After an exchange that completed, the slot of the exchange before it, which every peer has
+  // done with: each posted the last exchange's record, and a rank posts only once it is done
+  // with the records before. After one that failed, a peer may still be reading that slot: the
+  // draft goes elsewhere (and exchange() fails before posting it).
+  if (!completed_ || noticed()) {
+    scratch_.resize(kRecordCapacity);
+    return scratch_.data();
+  }
   return slot(rank_, sequence_ + 1)->data;
 }
 
@@ -116,11 +120,11 @@ size_t RecordBoard::recordBytes(int rank) const {
 Status RecordBoard::exchange(const void* record, size_t bytes) {
   if (bytes > kRecordCapacity) {
     return Status::internal("an agreement record of " + std::to_string(bytes) +
-                            " bytes exceeds the record board's " +
-                            std::to_string(kRecordCapacity));
+                            " bytes exceeds the record board's " + std::to_string(kRecordCapacity));
   }
   if (noticed()) return owner_.health();
   const uint64_t sequence = ++sequence_;
+  completed_ = false;
   Slot* mine = slot(rank_, sequence);
   if (bytes > 0 && record != mine->data) std::memcpy(mine->data, record, bytes);
   mine->bytes = bytes;
@@ -130,43 +134,40 @@ Status RecordBoard::exchange(const void* record, size_t bytes) {
   // misses instead of its first line and then the rest.
   const size_t lines = linesOf(bytes);
   for (int i = 1; i < size_; ++i) prefetchLines(slot((rank_ + i) % size_, sequence), 0, lines);
+  Wait wait;  // one clock for the whole exchange, however many peers it waits for
   for (int i = 1; i < size_; ++i) {
     const int peer = (rank_ + i) % size_;
-    if (!arrived(peer, sequence)) DETCOLL_RETURN_IF_ERROR(waitFor(peer, sequence, lines));
-    // Lines past the guess, while the other peers are waited for.
+    if (!arrived(peer, sequence)) DETCOLL_RETURN_IF_ERROR(waitFor(peer, sequence, &wait));
+    // Again, now that the record is there (lines asked for early may have been written since),
+    // while the other peers are waited for.
     const Slot* theirs = slot(peer, sequence);
-    prefetchLines(theirs, lines, linesOf(theirs->bytes));
+    prefetchLines(theirs, 1, linesOf(theirs->bytes));
   }
   // A rank that gave up while this one was away left its records behind: they complete nothing.
   if (noticed()) return owner_.health();
+  completed_ = true;
   return Status::ok();
 }
 
-Status RecordBoard::waitFor(int peer, uint64_t sequence, size_t lines) {
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point start;
-  Clock::time_point nextLook;
-  double nextWarning = patience_.warnSeconds;
-  const Slot* theirs = slot(peer, sequence);
+Status RecordBoard::waitFor(int peer, uint64_t sequence, Wait* wait) {
   for (uint64_t polls = 1;; ++polls) {
     if (arrived(peer, sequence)) return Status::ok();
-    // Now and then the rest of the expected record, so that lines the peer has written already
-    // are on their way when its sequence number arrives.
-    if (polls % kPollsPerPrefetch == 0) prefetchLines(theirs, 1, std::min(lines, kPolledLines));
     relax();
     if (polls % kPollsPerLook != 0) continue;
     if (noticed()) return owner_.health();
-    const Clock::time_point now = Clock::now();
-    if (polls == kPollsPerLook) {
-      start = now;
-      nextLook = now + std::chrono::milliseconds(1);
+    const Wait::Clock::time_point now = Wait::Clock::now();
+    if (!wait->started) {
+      wait->started = true;
+      wait->start = now;
+      wait->nextLook = now + std::chrono::milliseconds(1);
+      wait->nextWarning = patience_.warnSeconds;
       continue;
     }
-    if (now - start > kSpinTime) sched_yield();
-    if (now < nextLook) continue;
-    nextLook = now + std::chrono::milliseconds(1);
+    if (now - wait->start > kSpinTime) sched_yield();
+    if (now < wait->nextLook) continue;
+    wait->nextLook = now + std::chrono::milliseconds(1);
     DETCOLL_RETURN_IF_ERROR(owner_.health());
-    const double waited = std::chrono::duration<double>(now - start).count();
+    const double waited = std::chrono::duration<double>(now - wait->start).count();
     const std::string whom = "the record of rank " + std::to_string(peer);
     if (patience_.limitSeconds > 0 && waited >= patience_.limitSeconds) {
       owner_.abandon(Status::timeout(
@@ -175,8 +176,8 @@ Status RecordBoard::waitFor(int peer, uint64_t sequence, size_t lines) {
           " (the stall limit, DETCOLL_STALL_SHUTDOWN_SECONDS); detcoll stops communicating"));
       return owner_.health();
     }
-    if (patience_.warnSeconds > 0 && waited >= nextWarning) {
-      nextWarning += patience_.warnSeconds;
+    if (patience_.warnSeconds > 0 && waited >= wait->nextWarning) {
+      wait->nextWarning += patience_.warnSeconds;
       if (patience_.warn) {
         patience_.warn("stall: rank " + std::to_string(rank_) + " has waited " +
                        secondsText(waited) + " for " + whom);
@@ -209,7 +210,7 @@ Status RecordBoard::notice() const {
   if (state == 0) return Status::ok();
   // The poster writes a few hundred bytes between its two stores; one that died between them
   // leaves no reason to read.
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const auto end = std::chrono::steady_clock::now() + kNoticeWriteSeconds;
   while (state != 2) {
     if (std::chrono::steady_clock::now() > end) {
       return Status::timeout("a rank gave up on the communicator and died posting its reason");

@@ -14,8 +14,10 @@
 // completes after a reason was posted fails with it, so that a rank that was away never completes
 // a call from records the others left behind.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "collective/transport/communicator.h"
 #include "common/status.h"
@@ -45,7 +47,8 @@ class RecordBoard {
   // exchange and waits for every rank's record of the same exchange.
   Status exchange(const void* record, size_t bytes);
   // Where this rank's record of its next exchange goes: a record written here is posted without a
-  // copy (exchange(nextRecord(), bytes)). Free to write once the last exchange has completed.
+  // copy (exchange(nextRecord(), bytes)). After a failed exchange, a buffer of the board's own
+  // instead, since a peer may still be reading the slot.
   char* nextRecord();
   // Rank j's record of the last exchange: valid until this rank's next exchange.
   const char* record(int rank) const;
@@ -61,15 +64,24 @@ class RecordBoard {
  private:
   Slot* slot(int rank, uint64_t sequence) const;
   bool arrived(int rank, uint64_t sequence) const;
-  // Waits for rank's record of `sequence`, asking now and then for the first `lines` lines.
-  Status waitFor(int rank, uint64_t sequence, size_t lines);
+  // The patience of one exchange, whichever peers it waits for.
+  struct Wait {
+    using Clock = std::chrono::steady_clock;
+    bool started = false;
+    Clock::time_point start;
+    Clock::time_point nextLook;
+    double nextWarning = 0;
+  };
+  Status waitFor(int rank, uint64_t sequence, Wait* wait);
 
   char* memory_;
   int rank_;
   int size_;
   Communicator& owner_;
   Patience patience_;
-  uint64_t sequence_ = 0;  // this rank's exchanges so far
+  uint64_t sequence_ = 0;      // this rank's exchanges so far
+  bool completed_ = true;      // the last exchange completed (none yet counts)
+  std::vector<char> scratch_;  // drafts while a slot may still be read (nextRecord())
 };
 
 }  // namespace detcoll::collective::transport

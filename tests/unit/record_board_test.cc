@@ -37,10 +37,13 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kCapacity = CallAgreement::kRecordBytes;
 
 void runOnBoard(int p, const std::function<void(Communicator&)>& fn) {
-  const Status spawned = spawn(p, [&](Communicator& comm) {
-    ASSERT_NE(comm.board(), nullptr);
-    fn(comm);
-  }, true);
+  const Status spawned = spawn(
+      p,
+      [&](Communicator& comm) {
+        ASSERT_NE(comm.board(), nullptr);
+        fn(comm);
+      },
+      true);
   ASSERT_TRUE(spawned.isOk()) << spawned.toString();
 }
 
@@ -83,6 +86,11 @@ TEST(RecordBoardTest, EveryRankReadsEveryRecordInPlaceWithNoMessages) {
         }
         for (int j = 0; j < p; ++j) {
           const std::vector<char> theirs = recordOf(p, j, call);
+          if (agreement.record(j) != comm.board()->record(j)) {
+            failures[r] = "call " + std::to_string(call) + ": rank " + std::to_string(j) +
+                          "'s record was copied, not read in place";
+            return;
+          }
           if (agreement.recordBytes(j) != theirs.size() ||
               std::memcmp(agreement.record(j), theirs.data(), theirs.size()) != 0) {
             failures[r] = "call " + std::to_string(call) + ": rank " + std::to_string(j) +
@@ -131,46 +139,84 @@ TEST(RecordBoardTest, RecordsOfAnotherAgreementFailEveryRankAndLeaveThemInStep) 
   }
 }
 
-// Every rank's allreduce of `count` values of `type` in `mode`, on a board or over messages.
+// Rank r's leaves of a call: 1 + (r + seed) % 3 of them, so that ranks hold different numbers.
+std::vector<std::vector<uint8_t>> leavesOf(int r, DataType type, size_t count, uint64_t seed) {
+  std::vector<std::vector<uint8_t>> leaves;
+  for (uint64_t l = 0; l < 1 + (r + seed) % 3; ++l) {
+    leaves.push_back(testing::randomBuffer(type, count, seed * 131 + r * 17 + l));
+  }
+  return leaves;
+}
+
+// Every rank's allreduce (sum) of `count` values of `type` in `mode`, on a board or over
+// messages: one leaf per rank, in place (recv is the send buffer), or several leaves per rank.
+enum class Shape { kInPlace, kLeaves };
 std::vector<std::vector<uint8_t>> allreduceEverywhere(int p, Mode mode, DataType type, size_t count,
-                                                      uint64_t seed, bool board) {
-  std::vector<std::vector<uint8_t>> inputs, outputs(p);
-  for (int r = 0; r < p; ++r) inputs.push_back(testing::randomBuffer(type, count, seed * 131 + r));
-  const Status spawned = spawn(p, [&](Communicator& comm) {
-    collective::Collectives collectives(comm);
-    const int r = comm.rank();
-    outputs[r].assign(count * dataTypeSize(type), 0);
-    const Status s =
-        collectives.allreduce(mode, inputs[r].data(), outputs[r].data(), count,
-                              static_cast<int>(type), static_cast<int>(ReduceOp::kSum), "g");
-    if (!s.isOk()) outputs[r].clear();
-  }, board);
+                                                      uint64_t seed, Shape shape, bool board) {
+  std::vector<std::vector<uint8_t>> outputs(p);
+  const Status spawned = spawn(
+      p,
+      [&](Communicator& comm) {
+        collective::Collectives collectives(comm);
+        const int r = comm.rank();
+        std::vector<std::vector<uint8_t>> leaves = leavesOf(r, type, count, seed);
+        std::vector<const void*> pointers;
+        for (const auto& leaf : leaves) pointers.push_back(leaf.data());
+        Status s;
+        const int dtype = static_cast<int>(type);
+        const int sum = static_cast<int>(ReduceOp::kSum);
+        if (shape == Shape::kInPlace) {
+          outputs[r] = leaves[0];
+          s = collectives.allreduce(mode, outputs[r].data(), outputs[r].data(), count, dtype, sum,
+                                    "g");
+        } else {
+          outputs[r].assign(count * dataTypeSize(type), 0);
+          s = collectives.allreduceLeaves(mode, pointers.data(), static_cast<int>(pointers.size()),
+                                          outputs[r].data(), count, dtype, sum, "g");
+        }
+        if (!s.isOk()) outputs[r].clear();
+      },
+      board);
   EXPECT_TRUE(spawned.isOk()) << spawned.toString();
   return outputs;
 }
 
 TEST(RecordBoardTest, AllreducesGiveTheReferenceBitsAndTheMessagePathsBits) {
   // Inline calls (the agreement is the whole call) and one past the inline payload (the schedule's
-  // messages after the agreement on the board).
+  // messages after the agreement on the board); in place, and with several leaves per rank.
   for (int p : {2, 3, 5}) {
     for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
       for (size_t count : {size_t{1}, size_t{67}, size_t{1000}, size_t{9000}}) {
-        SCOPED_TRACE(std::to_string(p) + " ranks, " + dataTypeName(type) + ", " +
-                     std::to_string(count));
-        const uint64_t seed = p * 1000 + count;
-        const auto ordered = allreduceEverywhere(p, Mode::kOrdered, type, count, seed, true);
-        std::vector<std::vector<uint8_t>> inputs;
-        std::vector<const void*> pointers;
-        for (int r = 0; r < p; ++r) inputs.push_back(testing::randomBuffer(type, count, seed * 131 + r));
-        for (const auto& in : inputs) pointers.push_back(in.data());
-        std::vector<uint8_t> expected(count * dataTypeSize(type));
-        testing::referenceFold(expected.data(), pointers, count, type, ReduceOp::kSum, p);
-        for (int r = 0; r < p; ++r) EXPECT_EQ(ordered[r], expected) << "ordered, rank " << r;
-        const auto invariant = allreduceEverywhere(p, Mode::kInvariant, type, count, seed, true);
-        const auto messages = allreduceEverywhere(p, Mode::kInvariant, type, count, seed, false);
-        for (int r = 0; r < p; ++r) {
-          EXPECT_FALSE(invariant[r].empty()) << "rank " << r;
-          EXPECT_EQ(invariant[r], messages[r]) << "invariant, rank " << r;
+        for (Shape shape : {Shape::kInPlace, Shape::kLeaves}) {
+          SCOPED_TRACE(std::to_string(p) + " ranks, " + dataTypeName(type) + ", " +
+                       std::to_string(count) + (shape == Shape::kInPlace ? ", in place" : ""));
+          const uint64_t seed = p * 1000 + count;
+          // The ordered mode's definition: each rank's leaves folded in order, then the ranks'
+          // sums in rank order.
+          std::vector<std::vector<uint8_t>> sums;
+          for (int r = 0; r < p; ++r) {
+            std::vector<std::vector<uint8_t>> leaves = leavesOf(r, type, count, seed);
+            if (shape == Shape::kInPlace) leaves.resize(1);
+            std::vector<const void*> pointers;
+            for (const auto& leaf : leaves) pointers.push_back(leaf.data());
+            sums.emplace_back(count * dataTypeSize(type));
+            testing::referenceFold(sums.back().data(), pointers, count, type, ReduceOp::kSum, 1);
+          }
+          std::vector<const void*> pointers;
+          for (const auto& sum : sums) pointers.push_back(sum.data());
+          std::vector<uint8_t> expected(count * dataTypeSize(type));
+          testing::referenceFold(expected.data(), pointers, count, type, ReduceOp::kSum, p);
+          const auto ordered =
+              allreduceEverywhere(p, Mode::kOrdered, type, count, seed, shape, true);
+          for (int r = 0; r < p; ++r) EXPECT_EQ(ordered[r], expected) << "ordered, rank " << r;
+          const auto invariant =
+              allreduceEverywhere(p, Mode::kInvariant, type, count, seed, shape, true);
+          const auto messages =
+              allreduceEverywhere(p, Mode::kInvariant, type, count, seed, shape, false);
+          for (int r = 0; r < p; ++r) {
+            EXPECT_FALSE(invariant[r].empty()) << "rank " << r;
+            EXPECT_EQ(invariant[r], messages[r]) << "invariant, rank " << r;
+          }
         }
       }
     }
