@@ -1,6 +1,7 @@
 #include "collective/transport/record_board.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,7 +34,8 @@ struct Notice {
 };
 
 // How long a wait spins before it yields the core on every poll: long enough for a peer that is
-// a few microseconds behind, short enough that oversubscribed ranks hand their cores over.
+// a few microseconds behind. Where the node has fewer cores than ranks, a wait yields at once:
+// the peer it waits for may need this very core.
 constexpr std::chrono::microseconds kSpinTime(50);
 // How long a reader waits for a poster between its two stores (descheduled, on an oversubscribed
 // node) before it takes the poster for dead.
@@ -86,7 +88,11 @@ size_t RecordBoard::bytes(int ranks) {
 }
 
 RecordBoard::RecordBoard(void* memory, int rank, int size, Communicator& owner)
-    : memory_(static_cast<char*>(memory)), rank_(rank), size_(size), owner_(owner) {}
+    : memory_(static_cast<char*>(memory)), rank_(rank), size_(size), owner_(owner) {
+  // Every rank of a board is on this node (a rank bound to one core still has a core of its own).
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  oversubscribed_ = cores > 0 && size > cores;
+}
 
 RecordBoard::Slot* RecordBoard::slot(int rank, uint64_t sequence) const {
   const size_t index = static_cast<size_t>(rank) * 2 + (sequence & 1);
@@ -163,7 +169,7 @@ Status RecordBoard::waitFor(int peer, uint64_t sequence, Wait* wait) {
       wait->nextWarning = patience_.warnSeconds;
       continue;
     }
-    if (now - wait->start > kSpinTime) sched_yield();
+    if (oversubscribed_ || now - wait->start > kSpinTime) sched_yield();
     if (now < wait->nextLook) continue;
     wait->nextLook = now + std::chrono::milliseconds(1);
     DETCOLL_RETURN_IF_ERROR(owner_.health());

@@ -79,8 +79,10 @@ class RecordBoard {
   int size_;
   Communicator& owner_;
   Patience patience_;
-  uint64_t sequence_ = 0;      // this rank's exchanges so far
-  bool completed_ = true;      // the last exchange completed (none yet counts)
+  uint64_t sequence_ = 0;  // this rank's exchanges so far
+  bool completed_ = true;  // the last exchange completed (none yet counts)
+  // More ranks than the node has cores: waits yield at once (record_board.cc).
+  bool oversubscribed_ = false;
   std::vector<char> scratch_;  // drafts while a slot may still be read (nextRecord())
 };
 
