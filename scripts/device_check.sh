@@ -80,17 +80,18 @@ nvcc=("$cuda/bin/nvcc" -std=c++17 -O2 -x cu
 core=(common/status.cc common/dtype.cc kernels/ops/segment.cc kernels/ops/scatter.cc
   kernels/ops/axis_sums.cc kernels/ops/resample.cc kernels/ops/op_checks.cc kernels/ops/device.cu
   kernels/fold.cc kernels/fixed_point.cc kernels/host_reduce_kernels.cc kernels/reduce_device.cu
-  kernels/convert16.cc kernels/fixed_point_formats.cc
+  kernels/convert16.cc kernels/fixed_point_formats.cc kernels/fixed_point_few.cc
   collective/device_allreduce.cu collective/allreduce.cc collective/comm_exchange.cc
   collective/ring_allreduce.cc collective/transport/communicator.cc
-  collective/transport/thread_communicator.cc "${nccl_sources[@]}")
+  collective/transport/record_board.cc collective/transport/thread_communicator.cc
+  "${nccl_sources[@]}")
 tests=(tests/support/reference.cc tests/gpu/ops_gpu_test.cc tests/gpu/reduce_gpu_test.cc
   tests/gpu/allreduce_gpu_test.cc "${cudnn_sources[@]}" "$gtest/src/gtest-all.cc"
   "$gtest/src/gtest_main.cc")
 benches=(tests/bench/ops_gpu_perf.cu tests/bench/reduce_gpu_perf.cu)
 # Host-only sources with runtime-dispatched vector clones (kernels/simd.h): the host compiler's,
 # with CMakeLists.txt's numeric flags, since nvcc's front end does not take target_clones.
-host_only=(kernels/convert16.cc kernels/fixed_point_formats.cc)
+host_only=(kernels/convert16.cc kernels/fixed_point_formats.cc kernels/fixed_point_few.cc)
 cxx=("${CXX:-c++}" -std=c++17 -O3 -ffp-contract=off -fno-fast-math -I.)
 
 # CMake generates common/config.h; where a compiled source (or a header of the repository)
