@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -336,6 +337,34 @@ INSTANTIATE_TEST_SUITE_P(FloatTypes, FoldSpecialValuesTest,
                          [](const auto& info) { return dataTypeName(info.param); });
 
 // Integers -----------------------------------------------------------------------------------
+
+// Average by a power of two multiplies by its inverse (kernels/fold.cc, finishAverage). The bits
+// must be the division's for every exponent: raw random bit patterns cover subnormal results,
+// results that round to zero, infinities and NaNs, as well as ordinary values.
+TEST(FoldTest, AverageByAPowerOfTwoHasTheBitsOfTheDivision) {
+  std::mt19937_64 rng(20261126);
+  const size_t count = 5000;  // crosses the kernel's blocks, with a ragged tail
+  for (DataType type :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    const size_t es = dataTypeSize(type);
+    for (int k : {1, 2, 3}) {
+      std::vector<Buffer> inputs(k, Buffer(count * es));
+      for (Buffer& input : inputs) {
+        for (size_t i = 0; i < count; ++i) putBits(input, i, rng(), type);
+      }
+      for (int64_t divisor : {int64_t{2}, int64_t{4}, int64_t{1} << 20, int64_t{1} << 40,
+                              int64_t{1} << 62, int64_t{3}, int64_t{12}}) {
+        SCOPED_TRACE(dataTypeName(type) + " k=" + std::to_string(k) +
+                     " divisor=" + std::to_string(divisor));
+        const Buffer expected = reference(inputs, count, type, ReduceOp::kAverage, divisor);
+        const Buffer actual = foldOf(inputs, count, type, ReduceOp::kAverage, divisor);
+        const long at = firstDifference(actual.data(), expected.data(), count, type);
+        ASSERT_LT(at, 0) << "element " << at << ": " << describeElement(actual.data(), at, type)
+                         << ", the division gives " << describeElement(expected.data(), at, type);
+      }
+    }
+  }
+}
 
 TEST(FoldIntegerTest, Int32SumWrapsButAverageUsesTheExactSum) {
   constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
