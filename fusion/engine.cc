@@ -90,29 +90,44 @@ Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& call
     spec.descriptor.groupSize = static_cast<uint32_t>(n);
     spec.localError = localCheck(spec);
   }
+  // The requests are made before the lock is taken, with one reading of the clock for all.
+  const Clock::time_point now = Clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    requests[i] = std::make_shared<Request>(std::move(specs[i]), callback, now);
+  }
+  const auto refuse = [&](Status why) {
+    for (size_t i = 0; i < n; ++i) requests[i].reset();
+    return why;
+  };
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_ || shutdownRequested_) {
     const StatusCode code =
         stoppedBecause_.isOk() ? StatusCode::kNotInitialized : stoppedBecause_.code();
-    return Status(code, (stoppedBecause_.message().empty() ? std::string("detcoll is shutting down")
-                                                           : stoppedBecause_.message()) +
-                            "; " + quotedName(specs[0].name) + " was not enqueued");
+    return refuse(
+        Status(code, (stoppedBecause_.message().empty() ? std::string("detcoll is shutting down")
+                                                        : stoppedBecause_.message()) +
+                         "; " + quotedName(requests[0]->name()) + " was not enqueued"));
   }
-  std::unordered_set<std::string> seen;  // a group's names
-  for (size_t i = 0; i < n; ++i) {
-    const RequestSpec& spec = specs[i];
-    if (names_.count(spec.name) > 0 || (n > 1 && !seen.insert(spec.name).second)) {
-      return Status::invalidArgument(describeRequest(spec.name, spec.descriptor) +
-                                     " is already enqueued on this rank and not complete; "
-                                     "names must be unique among requests in flight");
+  // names_ holds views of the names of requests not complete (finish() erases them first).
+  const auto duplicate = [&](const Request& request) {
+    return refuse(Status::invalidArgument(describeRequest(request.name(), request.descriptor()) +
+                                          " is already enqueued on this rank and not complete; "
+                                          "names must be unique among requests in flight"));
+  };
+  if (n == 1) {
+    if (!names_.insert(requests[0]->name()).second) return duplicate(*requests[0]);
+  } else {
+    std::unordered_set<std::string_view> seen;  // the group's names
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& name = requests[i]->name();
+      if (names_.count(name) > 0 || !seen.insert(name).second) return duplicate(*requests[i]);
     }
+    for (size_t i = 0; i < n; ++i) names_.insert(requests[i]->name());
   }
   const bool first = queue_.empty();
-  if (first) firstQueued_ = Clock::now();
+  if (first) firstQueued_ = now;
   for (size_t i = 0; i < n; ++i) {
-    if (specs[i].descriptor.kind == RequestKind::kJoin) joined_.store(true);
-    names_.insert(specs[i].name);
-    requests[i] = std::make_shared<Request>(std::move(specs[i]), callback);
+    if (requests[i]->descriptor().kind == RequestKind::kJoin) joined_.store(true);
   }
   if (fast_) {
     // The fast path: each request to its slot; one the plan does not hold stops it.
@@ -124,7 +139,7 @@ Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& call
         queue_.push_back(requests[i]);
       }
     }
-    f.lastEnqueue = Clock::now();
+    f.lastEnqueue = now;
     // The engine wakes for a complete bucket or a broken plan, and for the first request it holds:
     // from then on it watches for a thread that waits on part of a bucket.
     if (f.broken || f.filled[f.next] == f.plan.members(f.next) || (none && f.held > 0)) {

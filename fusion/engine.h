@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -208,7 +209,9 @@ class Engine {
   // Requests in the last burst (enqueued from an idle engine until it was idle again): an idle
   // engine starts its cycle as soon as this many are queued, not after the gather window.
   size_t burstHint_ = 0;
-  std::unordered_set<std::string> names_;  // enqueued on this rank and not complete
+  // The names of the requests enqueued on this rank and not complete: views of the requests' own
+  // names, erased before the requests complete.
+  std::unordered_set<std::string_view> names_;
   bool shutdownRequested_ = false;
   Status abandonRequested_;
   bool stopped_ = false;

@@ -109,8 +109,8 @@ class Request {
  public:
   using Callback = std::function<void(const Status&)>;
 
-  Request(RequestSpec spec, Callback callback)
-      : spec_(std::move(spec)), callback_(std::move(callback)), enqueued_(Clock::now()) {}
+  Request(RequestSpec spec, Callback callback, Clock::time_point enqueued = Clock::now())
+      : spec_(std::move(spec)), callback_(std::move(callback)), enqueued_(enqueued) {}
 
   const RequestSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
