@@ -80,6 +80,7 @@ struct EngineOptions {
 struct EngineStats {
   uint64_t cycles = 0;        // negotiation cycles
   uint64_t fastRequests = 0;  // requests run on the fast path
+  uint64_t fastVotes = 0;     // the fast path's votes (each runs one or more buckets, or stops it)
   uint64_t fastStarts = 0;    // times the engines started the fast path
   uint64_t fastStops = 0;     // ... and went back to negotiating
 };
@@ -247,6 +248,7 @@ class Engine {
   std::unique_ptr<FastState> fast_;
   std::atomic<uint64_t> cycles_{0};
   std::atomic<uint64_t> fastRequests_{0};
+  std::atomic<uint64_t> fastVotes_{0};
   std::atomic<uint64_t> fastStarts_{0};
   std::atomic<uint64_t> fastStops_{0};
 

@@ -38,6 +38,7 @@ EngineStats Engine::stats() const {
   EngineStats s;
   s.cycles = cycles_.load();
   s.fastRequests = fastRequests_.load();
+  s.fastVotes = fastVotes_.load();
   s.fastStarts = fastStarts_.load();
   s.fastStops = fastStops_.load();
   return s;
@@ -176,6 +177,7 @@ bool Engine::fastRound() {
              : voted.prefixed("the fast path's vote failed"));
     return false;
   }
+  fastVotes_.fetch_add(1, std::memory_order_relaxed);
   uint64_t agreed = vote;
   for (int r = 0; r < comm_.size(); ++r) {
     uint64_t theirs = 0;

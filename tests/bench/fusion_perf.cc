@@ -13,7 +13,8 @@
 // threshold 0 (HOROVOD_FUSION_THRESHOLD=0); the three run alternately, step by step, on the
 // same buffers, each step starting at a random point of the engine's cycle. Both engines take the
 // fast path of a repeated step unless -F 0 (fusion/fast_path.h); the share of requests that took
-// it is printed after each model. #wrong counts
+// it, the fast path's votes per step and rank 0's time to enqueue a step are printed after each
+// set. #wrong counts
 // elements where the fused result's bits differ from the unfused one's (in ordered and invariant
 // mode there must be none). The timeline (-T) records the fused engine's steps. -C FILE appends the
 // table's rows to a CSV file as well (rank 0; tests/bench/bench_csv.h).
@@ -120,9 +121,10 @@ struct TensorSet {
 // One step: every tensor of the set enqueued in order, then every request waited for.
 // Steps start at a random point of the engine's cycle (the same pause on every rank), as a
 // training step's backward pass does, rather than in lockstep with it.
+// *enqueueing gets this rank's time to enqueue the set.
 double step(fusion::Engine& engine, const TensorSet& set, Mode mode,
             const std::vector<std::vector<float>>& in, std::vector<std::vector<float>>& out,
-            double pauseMs) {
+            double pauseMs, double* enqueueing) {
   std::vector<fusion::RequestPtr> requests(set.names.size());
   MPI_Barrier(MPI_COMM_WORLD);
   std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(pauseMs));
@@ -138,6 +140,7 @@ double step(fusion::Engine& engine, const TensorSet& set, Mode mode,
     spec.recv = out[i].data();
     require(engine.enqueue(std::move(spec), nullptr, &requests[i]), "enqueue");
   }
+  *enqueueing = MPI_Wtime() - start;
   for (auto& request : requests) require(request->wait(), "request");
   const double elapsed = MPI_Wtime() - start;
   double slowest = 0;
@@ -239,18 +242,22 @@ int main(int argc, char** argv) {
       }
       std::vector<float> flatIn(set->total, 1.0f), flatOut(set->total);
       double tFused = 0, tUnfused = 0, tFlat = 0;
+      double enqueueFused = 0, enqueueUnfused = 0;
       const fusion::EngineStats fusedBefore = fused->stats();
       const fusion::EngineStats unfusedBefore = unfused->stats();
       std::mt19937 rng(12345);  // the same pauses on every rank
       for (int it = 0; it < o.warmup + o.iterations; ++it) {
         const double pause = o.cycleMs * static_cast<double>(rng() % 1000) / 1000.0;
-        const double a = step(*fused, *set, o.mode, in, outFused, pause);
-        const double b = step(*unfused, *set, o.mode, in, outUnfused, pause);
+        double enqueueA = 0, enqueueB = 0;
+        const double a = step(*fused, *set, o.mode, in, outFused, pause, &enqueueA);
+        const double b = step(*unfused, *set, o.mode, in, outUnfused, pause, &enqueueB);
         const double c = flatStep(flatIn, flatOut);
         if (it >= o.warmup) {
           tFused += a;
           tUnfused += b;
           tFlat += c;
+          enqueueFused += enqueueA;
+          enqueueUnfused += enqueueB;
         }
       }
       long wrong = 0;
@@ -270,12 +277,18 @@ int main(int argc, char** argv) {
         const fusion::EngineStats f = fused->stats();
         const fusion::EngineStats u = unfused->stats();
         const double requests = static_cast<double>(set->names.size()) * (o.warmup + o.iterations);
+        const double steps = o.warmup + o.iterations;
         std::printf(
-            "#   fast path: fused %.0f%% of requests, unfused %.0f%% (%llu and %llu stops)\n",
+            "#   fast path: fused %.0f%% of requests, unfused %.0f%% (%llu and %llu stops); votes "
+            "per step: fused %.1f, unfused %.1f; rank 0 enqueues a step in %.1f us fused, %.1f "
+            "us unfused\n",
             100.0 * static_cast<double>(f.fastRequests - fusedBefore.fastRequests) / requests,
             100.0 * static_cast<double>(u.fastRequests - unfusedBefore.fastRequests) / requests,
             static_cast<unsigned long long>(f.fastStops - fusedBefore.fastStops),
-            static_cast<unsigned long long>(u.fastStops - unfusedBefore.fastStops));
+            static_cast<unsigned long long>(u.fastStops - unfusedBefore.fastStops),
+            static_cast<double>(f.fastVotes - fusedBefore.fastVotes) / steps,
+            static_cast<double>(u.fastVotes - unfusedBefore.fastVotes) / steps,
+            1e6 * enqueueFused / n, 1e6 * enqueueUnfused / n);
         std::fflush(stdout);
         csv.row("%s,%d,%zu,%.6g,%s,%s,%zu,%zu,%.6g,%.6g,%.6g,%ld,%.6g,%.6g",
                 detcoll::modeName(o.mode).c_str(), p, o.threshold, o.cycleMs, model.c_str(),
