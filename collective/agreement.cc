@@ -259,8 +259,7 @@ Status Agreement::exchangeRecords(transport::Communicator& comm, const void* rec
     }
     return checkSizes(p, capacity, minimum);
   }
-  if (records_.size() < p * capacity) records_.resize(p * capacity);
-  char* own = records_.data() + rank * capacity;
+  char* own = draft(comm, capacity);  // no board here: this rank's slot in records_
   if (bytes > 0 && own != record) std::memcpy(own, record, bytes);
   offsets_.resize(p);
   for (int j = 0; j < p; ++j) {

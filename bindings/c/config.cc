@@ -25,46 +25,19 @@ Status loadConfig(const EnvLookup& lookup, Config* config) {
 
 namespace {
 
-// DETCOLL_GPU_TRANSPORT, the same on every rank (a rank staging through host memory while another
-// runs NCCL would wait forever); nccl in a build without NCCL fails init on every rank.
-Status agreeOnGpuTransport(const Config& config, collective::Collectives& collectives) {
-  const collective::GpuTransport transport = config.collective.gpuTransport;
-  Status local = Status::ok();
-  if (transport == collective::GpuTransport::kNccl && !DETCOLL_WITH_NCCL) {
-    local = Status::invalidArgument("DETCOLL_GPU_TRANSPORT is nccl, but this build has no NCCL");
-  }
+// A transport setting, `variable`, the same on every rank: a rank whose value differs, or whose
+// own check of it (`local`) failed, fails init on every rank, each rank's value named by nameOf.
+template <typename Transport>
+Status agreeOnTransport(collective::Collectives& collectives, const std::string& variable,
+                        Transport value, const char* (*nameOf)(Transport),
+                        const Status& local = Status::ok()) {
   collective::AgreedValue mine;
   mine.present = true;
-  mine.words[0] = static_cast<uint64_t>(transport);
-  auto name = [](const collective::AgreedValue& v) -> std::string {
-    return collective::gpuTransportName(static_cast<collective::GpuTransport>(v.words[0]));
+  mine.words[0] = static_cast<uint64_t>(value);
+  auto name = [nameOf](const collective::AgreedValue& v) -> std::string {
+    return nameOf(static_cast<Transport>(v.words[0]));
   };
-  return collectives.agreeOnValue("init", "DETCOLL_GPU_TRANSPORT", local, mine, name);
-}
-
-// DETCOLL_INVARIANT_TRANSPORT, the same on every rank: the transports exchange different messages.
-Status agreeOnInvariantTransport(const Config& config, collective::Collectives& collectives) {
-  collective::AgreedValue mine;
-  mine.present = true;
-  mine.words[0] = static_cast<uint64_t>(config.collective.invariantTransport);
-  auto name = [](const collective::AgreedValue& v) -> std::string {
-    return collective::invariantTransportName(
-        static_cast<collective::InvariantTransport>(v.words[0]));
-  };
-  return collectives.agreeOnValue("init", "DETCOLL_INVARIANT_TRANSPORT", Status::ok(), mine, name);
-}
-
-// DETCOLL_AGREEMENT_TRANSPORT, the same on every rank: a rank posting on the record board while
-// another sends messages would wait for records that never come.
-Status agreeOnAgreementTransport(const Config& config, collective::Collectives& collectives) {
-  collective::AgreedValue mine;
-  mine.present = true;
-  mine.words[0] = static_cast<uint64_t>(config.collective.agreementTransport);
-  auto name = [](const collective::AgreedValue& v) -> std::string {
-    return collective::agreementTransportName(
-        static_cast<collective::AgreementTransport>(v.words[0]));
-  };
-  return collectives.agreeOnValue("init", "DETCOLL_AGREEMENT_TRANSPORT", Status::ok(), mine, name);
+  return collectives.agreeOnValue("init", variable, local, mine, name);
 }
 
 // DETCOLL_FAST_PATH (or HOROVOD_CACHE_CAPACITY), the same on every rank: the engines start the
@@ -82,9 +55,25 @@ Status agreeOnFastPath(const Config& config, collective::Collectives& collective
 }  // namespace
 
 Status agreeOnSettings(const Config& config, collective::Collectives& collectives) {
-  DETCOLL_RETURN_IF_ERROR(agreeOnGpuTransport(config, collectives));
-  DETCOLL_RETURN_IF_ERROR(agreeOnInvariantTransport(config, collectives));
-  DETCOLL_RETURN_IF_ERROR(agreeOnAgreementTransport(config, collectives));
+  const collective::Settings& settings = config.collective;
+  // DETCOLL_GPU_TRANSPORT: a rank staging through host memory while another runs NCCL would wait
+  // forever; nccl in a build without NCCL fails init on every rank.
+  Status nccl = Status::ok();
+  if (settings.gpuTransport == collective::GpuTransport::kNccl && !DETCOLL_WITH_NCCL) {
+    nccl = Status::invalidArgument("DETCOLL_GPU_TRANSPORT is nccl, but this build has no NCCL");
+  }
+  DETCOLL_RETURN_IF_ERROR(agreeOnTransport(collectives, "DETCOLL_GPU_TRANSPORT",
+                                           settings.gpuTransport, collective::gpuTransportName,
+                                           nccl));
+  // DETCOLL_INVARIANT_TRANSPORT: the transports exchange different messages.
+  DETCOLL_RETURN_IF_ERROR(agreeOnTransport(collectives, "DETCOLL_INVARIANT_TRANSPORT",
+                                           settings.invariantTransport,
+                                           collective::invariantTransportName));
+  // DETCOLL_AGREEMENT_TRANSPORT: a rank posting on the record board while another sends messages
+  // would wait for records that never come.
+  DETCOLL_RETURN_IF_ERROR(agreeOnTransport(collectives, "DETCOLL_AGREEMENT_TRANSPORT",
+                                           settings.agreementTransport,
+                                           collective::agreementTransportName));
   return agreeOnFastPath(config, collectives);
 }
 

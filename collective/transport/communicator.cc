@@ -1,5 +1,6 @@
 #include "collective/transport/communicator.h"
 
+#include <cstdio>
 #include <string>
 
 namespace detcoll::collective::transport {
@@ -28,6 +29,12 @@ Status waitAll(std::unique_ptr<Transfer>* transfers, size_t n) {
     if (first.isOk() && !s.isOk()) first = s;
   }
   return first;
+}
+
+std::string secondsText(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", seconds);
+  return text;
 }
 
 }  // namespace detcoll::collective::transport

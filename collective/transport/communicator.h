@@ -132,4 +132,7 @@ Status recvBytes(Communicator& comm, void* data, size_t bytes, int peer, int tag
 // Waits for every transfer, even after a failure; returns the first failure.
 Status waitAll(std::unique_ptr<Transfer>* transfers, size_t n);
 
+// A duration in seconds as the failure messages write it: one decimal and a unit ("2.5 s").
+std::string secondsText(double seconds);
+
 }  // namespace detcoll::collective::transport

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -89,12 +88,6 @@ class MpiTransfer : public Transfer {
   size_t count_ = 0;
   bool done_ = false;
 };
-
-std::string secondsText(double s) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s", s);
-  return text;
-}
 
 // inout = in op inout, for the 16-bit float types MPI does not know.
 template <DataType kType, ReduceOp kOp>

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -49,12 +48,6 @@ void relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
-}
-
-std::string secondsText(double s) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s", s);
-  return text;
 }
 
 }  // namespace
