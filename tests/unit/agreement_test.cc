@@ -17,6 +17,7 @@
 #include "collective/collectives.h"
 #include "collective/tags.h"
 #include "collective/transport/thread_communicator.h"
+#include "tests/unit/unit_test_util.h"
 
 namespace detcoll {
 namespace {
@@ -26,6 +27,7 @@ using collective::CallAgreement;
 using collective::kTagAgreement;
 using collective::transport::Communicator;
 using collective::transport::spawn;
+using testing::exchangeInStep;
 
 constexpr int kMostRanks = 17;
 constexpr size_t kCapacity = CallAgreement::kRecordBytes;  // a header and 16 KiB of payload
@@ -151,18 +153,6 @@ void expectEveryRankFails(const std::vector<Status>& status, const std::vector<S
   }
 }
 
-Status exchangeInStep(Communicator& comm) {
-  Agreement agreement;
-  const uint64_t value = 42 + comm.rank();
-  Status s = agreement.exchangeRecords(comm, &value, sizeof value, sizeof value, sizeof value);
-  for (int j = 0; j < comm.size() && s.isOk(); ++j) {
-    uint64_t got = 0;
-    std::memcpy(&got, agreement.record(j), sizeof got);
-    if (got != 42u + j) s = Status::internal("rank " + std::to_string(j) + "'s value differs");
-  }
-  return s;
-}
-
 TEST(AgreementTest, AShortRecordFailsEveryRankWithTheSameMessage) {
   for (int p = 2; p <= kMostRanks; ++p) {
     SCOPED_TRACE(std::to_string(p) + " ranks");
@@ -188,21 +178,7 @@ TEST(AgreementTest, ARankInAnotherAgreementFailsEveryRank) {
   for (int p = 2; p <= kMostRanks; ++p) {
     for (int other : {0, p - 1, p / 2}) {
       SCOPED_TRACE(std::to_string(p) + " ranks, rank " + std::to_string(other) + " elsewhere");
-      std::vector<Status> status(p), after(p);
-      run(p, [&](Communicator& comm) {
-        const int r = comm.rank();
-        if (r == other) {
-          status[r] = collective::agreeOnStatus(comm, Status::ok());
-        } else {
-          CallAgreement call;
-          collective::CallDescription d;
-          d.count = 2;
-          const float payload[2] = {1, 2};
-          status[r] = call.agree(comm, d, payload, sizeof payload);
-        }
-        after[r] = exchangeInStep(comm);
-      });
-      expectEveryRankFails(status, after, StatusCode::kMismatch, "different agreements");
+      testing::expectAnotherAgreementFailsEveryRank(p, other, false, {1, 2});
     }
   }
 }

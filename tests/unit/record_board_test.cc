@@ -22,6 +22,7 @@
 #include "collective/transport/record_board.h"
 #include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
+#include "tests/unit/unit_test_util.h"
 
 namespace detcoll {
 namespace {
@@ -32,6 +33,7 @@ using collective::kTagAgreement;
 using collective::transport::Communicator;
 using collective::transport::Patience;
 using collective::transport::spawn;
+using testing::exchangeInStep;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kCapacity = CallAgreement::kRecordBytes;
@@ -54,19 +56,6 @@ std::vector<char> recordOf(int p, int r, int call) {
   std::vector<char> record(bytes);
   for (char& c : record) c = static_cast<char>(gen());
   return record;
-}
-
-// A 4-byte exchange that every rank makes after a failure: the ranks are still in step.
-Status exchangeInStep(Communicator& comm) {
-  Agreement agreement;
-  const uint32_t mine = 42u + comm.rank();
-  DETCOLL_RETURN_IF_ERROR(agreement.exchangeRecords(comm, &mine, sizeof mine, 4, 4));
-  for (int j = 0; j < comm.size(); ++j) {
-    uint32_t got = 0;
-    std::memcpy(&got, agreement.record(j), sizeof got);
-    if (got != 42u + j) return Status::internal("rank " + std::to_string(j) + "'s value differs");
-  }
-  return Status::ok();
 }
 
 TEST(RecordBoardTest, EveryRankReadsEveryRecordInPlaceWithNoMessages) {
@@ -116,26 +105,7 @@ TEST(RecordBoardTest, RecordsOfAnotherAgreementFailEveryRankAndLeaveThemInStep) 
   for (int p : {2, 3, 6}) {
     for (int other : {0, p - 1}) {
       SCOPED_TRACE(std::to_string(p) + " ranks, rank " + std::to_string(other) + " elsewhere");
-      std::vector<Status> status(p), after(p);
-      runOnBoard(p, [&](Communicator& comm) {
-        const int r = comm.rank();
-        if (r == other) {
-          status[r] = collective::agreeOnStatus(comm, Status::ok());
-        } else {
-          CallAgreement call;
-          collective::CallDescription d;
-          d.count = 3;
-          const float payload[3] = {1.5f, -2.25f, 3e-7f};
-          status[r] = call.agree(comm, d, payload, sizeof payload);
-        }
-        after[r] = exchangeInStep(comm);
-      });
-      for (int r = 0; r < p; ++r) {
-        EXPECT_EQ(status[r].code(), StatusCode::kMismatch) << "rank " << r;
-        EXPECT_NE(status[r].message().find("different agreements"), std::string::npos)
-            << "rank " << r << ": " << status[r].message();
-        EXPECT_TRUE(after[r].isOk()) << "rank " << r << ": " << after[r].toString();
-      }
+      testing::expectAnotherAgreementFailsEveryRank(p, other, true, {1.5f, -2.25f, 3e-7f});
     }
   }
 }

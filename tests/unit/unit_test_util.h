@@ -1,8 +1,9 @@
 #pragma once
 
 // Helpers shared by the unit tests: random inputs per rank, the reference fold over them, ranks as
-// threads running the checked collectives, and leaves placed over ranks (bit comparison with a
-// described failure and the data of the serial run tests: tests/support/wide_bits.h).
+// threads running the checked collectives, agreements left in step after a failure, and leaves
+// placed over ranks (bit comparison with a described failure and the data of the serial run tests:
+// tests/support/wide_bits.h).
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <numeric>
@@ -18,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "collective/agreement.h"
+#include "collective/call_agreement.h"
 #include "collective/collectives.h"
 #include "collective/transport/thread_communicator.h"
 #include "tests/support/reference.h"
@@ -87,6 +91,52 @@ inline void expectSameFailureEverywhere(const std::vector<Status>& status, Statu
       EXPECT_NE(status[r].message().find(needle), std::string::npos)
           << "rank " << r << ": '" << needle << "' not in: " << status[r].message();
     }
+  }
+}
+
+// An 8-byte exchange that every rank makes after a failure: ok when the ranks are still in step
+// (every rank gets every rank's value), else the exchange's failure.
+inline Status exchangeInStep(collective::transport::Communicator& comm) {
+  collective::Agreement agreement;
+  const uint64_t value = 42 + comm.rank();
+  Status s = agreement.exchangeRecords(comm, &value, sizeof value, sizeof value, sizeof value);
+  for (int j = 0; j < comm.size() && s.isOk(); ++j) {
+    uint64_t got = 0;
+    std::memcpy(&got, agreement.record(j), sizeof got);
+    if (got != 42u + j) s = Status::internal("rank " + std::to_string(j) + "'s value differs");
+  }
+  return s;
+}
+
+// p ranks, on a record board or over messages: rank `other` agrees on a status (1-byte records)
+// while the others make a call agreement with `payload` inline. Every rank must fail as a mismatch
+// naming different agreements, and an exchange in step afterwards must succeed everywhere.
+inline void expectAnotherAgreementFailsEveryRank(int p, int other, bool board,
+                                                 const std::vector<float>& payload) {
+  std::vector<Status> status(p), after(p);
+  const Status spawned = collective::transport::spawn(
+      p,
+      [&](collective::transport::Communicator& comm) {
+        ASSERT_EQ(comm.board() != nullptr, board);
+        const int r = comm.rank();
+        if (r == other) {
+          status[r] = collective::agreeOnStatus(comm, Status::ok());
+        } else {
+          collective::CallAgreement call;
+          collective::CallDescription d;
+          d.count = payload.size();
+          status[r] = call.agree(comm, d, payload.data(), payload.size() * sizeof(float));
+        }
+        after[r] = exchangeInStep(comm);
+      },
+      board);
+  ASSERT_TRUE(spawned.isOk()) << spawned.toString();
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(status[r].code(), StatusCode::kMismatch)
+        << "rank " << r << ": " << status[r].toString();
+    EXPECT_NE(status[r].message().find("different agreements"), std::string::npos)
+        << "rank " << r << ": " << status[r].message();
+    EXPECT_TRUE(after[r].isOk()) << "rank " << r << " afterwards: " << after[r].toString();
   }
 }
 
