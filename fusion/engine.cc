@@ -74,7 +74,7 @@ Status Engine::enqueueGroup(std::vector<RequestSpec> specs, const Request::Callb
                             std::vector<RequestPtr>* requests) {
   requests->clear();
   if (specs.empty()) return Status::invalidArgument("a group needs at least one request");
-  // Filled under the engine's lock, before any callback of theirs can run.
+  // Filled before any callback of theirs can run.
   requests->resize(specs.size());
   const Status status = admit(specs.data(), specs.size(), callback, requests->data());
   if (!status.isOk()) requests->clear();
@@ -95,11 +95,12 @@ Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& call
   for (size_t i = 0; i < n; ++i) {
     requests[i] = std::make_shared<Request>(std::move(specs[i]), callback, now);
   }
+  std::unique_lock<std::mutex> lock(mutex_);
   const auto refuse = [&](Status why) {
+    lock.unlock();  // a request's callback and buffers are let go without the engine's lock
     for (size_t i = 0; i < n; ++i) requests[i].reset();
     return why;
   };
-  std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_ || shutdownRequested_) {
     const StatusCode code =
         stoppedBecause_.isOk() ? StatusCode::kNotInitialized : stoppedBecause_.code();
@@ -139,7 +140,7 @@ Status Engine::admit(RequestSpec* specs, size_t n, const Request::Callback& call
         queue_.push_back(requests[i]);
       }
     }
-    f.lastEnqueue = now;
+    f.lastEnqueue = std::max(f.lastEnqueue, now);  // now was read before the lock
     // The engine wakes for a complete bucket or a broken plan, and for the first request it holds:
     // from then on it watches for a thread that waits on part of a bucket.
     if (f.broken || f.filled[f.next] == f.plan.members(f.next) || (none && f.held > 0)) {
@@ -198,18 +199,21 @@ void Engine::finish(const std::vector<RequestPtr>& requests, const Status& statu
   const auto wake = [&] {
     for (auto it = settled.rbegin(); it != settled.rend(); ++it) (*it)->release();
   };
-  try {
-    for (const RequestPtr& request : requests) {
+  for (const RequestPtr& request : requests) {
+    try {
       if (!request->settle(status)) continue;
-      if (request->hasCallback()) {
-        request->release();
-      } else {
-        settled.push_back(request.get());
-      }
+    } catch (...) {
+      // Its callback threw: the request is complete all the same, and the settled ones' waiters
+      // still wake.
+      request->release();
+      wake();
+      throw;
     }
-  } catch (...) {
-    wake();  // a callback threw: the settled ones' waiters still wake
-    throw;
+    if (request->hasCallback()) {
+      request->release();
+    } else {
+      settled.push_back(request.get());
+    }
   }
   wake();
 }
@@ -224,11 +228,7 @@ void Engine::stop(const Status& why) {
     queued.swap(queue_);
   }
   for (auto& request : queued) pending_.emplace(request->name(), request);
-  for (auto& [name, request] : pending_) {
-    finish({request},
-           Status(why.code(), std::string(requestKindName(request->descriptor().kind)) + " " +
-                                  quotedName(name) + " did not complete: " + why.message()));
-  }
+  for (auto& [name, request] : pending_) finish({request}, didNotComplete(*request, why));
   pending_.clear();
 }
 

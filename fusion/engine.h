@@ -157,6 +157,13 @@ class Engine {
   void execute(const std::vector<RequestPtr>& ready, size_t fusionThresholdBytes);
   // Runs one batch (with its trace records) and completes its requests.
   void runAndFinish(const Batch& batch);
+  // runAndFinish() over batches, in order. Should an exception leave one (a callback that throws,
+  // an allocation that fails), the requests of that batch and of the later ones are completed with
+  // a failure naming it before it goes on to loop(), which stops the engine: none is dropped while
+  // a thread waits on it or its name is in names_.
+  void runBatches(const std::vector<Batch>& batches);
+  // A request's failure when the engine stopped (why) before running it.
+  static Status didNotComplete(const Request& request, const Status& why);
 
   // The fast path (engine_fast.cc). After a cycle: learns the step from the response's ready
   // requests, and starts the fast path where the response allows it and the step has repeated.

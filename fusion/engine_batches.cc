@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,7 +57,39 @@ void Engine::execute(const std::vector<RequestPtr>& ready, size_t fusionThreshol
   PlanOptions plan;
   plan.fusionThresholdBytes = fusionThresholdBytes;
   plan.directBytes = options_.directBytes;
-  for (const Batch& batch : planBatches(ready, plan)) runAndFinish(batch);
+  runBatches(planBatches(ready, plan));
+}
+
+Status Engine::didNotComplete(const Request& request, const Status& why) {
+  return Status(why.code(), std::string(requestKindName(request.descriptor().kind)) + " " +
+                                quotedName(request.name()) + " did not complete: " + why.message());
+}
+
+void Engine::runBatches(const std::vector<Batch>& batches) {
+  size_t next = 0;
+  try {
+    for (; next < batches.size(); ++next) runAndFinish(batches[next]);
+  } catch (...) {
+    std::string what = "an exception that is not a std::exception";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    // loop() stops the engine with the same text.
+    const Status why = Status::internal("the fusion engine stopped: " + what);
+    for (; next < batches.size(); ++next) {
+      for (const RequestPtr& request : batches[next].requests) {
+        try {
+          finish({request}, didNotComplete(*request, why));  // a request done already is left
+        } catch (...) {
+          // Its callback threw again: it is complete all the same (finish), and so are the rest.
+        }
+      }
+    }
+    throw;
+  }
 }
 
 void Engine::runAndFinish(const Batch& batch) {

@@ -218,11 +218,9 @@ bool Engine::fastRound() {
     }
   }
   uint64_t requests = 0;
-  for (const Batch& batch : batches) {
-    requests += batch.requests.size();
-    runAndFinish(batch);
-  }
+  for (const Batch& batch : batches) requests += batch.requests.size();
   fastRequests_.fetch_add(requests, std::memory_order_relaxed);
+  runBatches(batches);
   std::lock_guard<std::mutex> lock(mutex_);
   if (fast_) fast_->lastRun = Clock::now();
   return true;

@@ -352,8 +352,8 @@ TEST(FoldTest, AverageByAPowerOfTwoHasTheBitsOfTheDivision) {
       for (Buffer& input : inputs) {
         for (size_t i = 0; i < count; ++i) putBits(input, i, rng(), type);
       }
-      for (int64_t divisor : {int64_t{2}, int64_t{4}, int64_t{1} << 20, int64_t{1} << 40,
-                              int64_t{1} << 62, int64_t{3}, int64_t{12}}) {
+      for (int64_t divisor : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{1} << 20,
+                              int64_t{1} << 40, int64_t{1} << 62, int64_t{3}, int64_t{12}}) {
         SCOPED_TRACE(dataTypeName(type) + " k=" + std::to_string(k) +
                      " divisor=" + std::to_string(divisor));
         const Buffer expected = reference(inputs, count, type, ReduceOp::kAverage, divisor);
@@ -361,6 +361,18 @@ TEST(FoldTest, AverageByAPowerOfTwoHasTheBitsOfTheDivision) {
         const long at = firstDifference(actual.data(), expected.data(), count, type);
         ASSERT_LT(at, 0) << "element " << at << ": " << describeElement(actual.data(), at, type)
                          << ", the division gives " << describeElement(expected.data(), at, type);
+        // Buffers one byte off their dtype's alignment take the byte-wise loads.
+        std::vector<Buffer> shifted(k, Buffer(count * es + 1));
+        std::vector<const void*> from(k);
+        for (int j = 0; j < k; ++j) {
+          std::memcpy(shifted[j].data() + 1, inputs[j].data(), count * es);
+          from[j] = shifted[j].data() + 1;
+        }
+        Buffer unaligned(count * es + 1);
+        kernels::foldRankOrder(unaligned.data() + 1, from.data(), k, count, type,
+                               ReduceOp::kAverage, divisor);
+        ASSERT_LT(firstDifference(unaligned.data() + 1, expected.data(), count, type), 0)
+            << "unaligned";
       }
     }
   }

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -516,6 +517,59 @@ TEST(FusionEngineCallbackTest, RunsOnceWithTheStatusBeforeWaitReturns) {
     });
     EXPECT_EQ(good.calls.load(), 1) << "rank " << r << ": callback ran again at shutdown";
     EXPECT_EQ(mismatched.calls.load(), 1) << "rank " << r;
+  });
+}
+
+// A callback that throws stops the engine (loop() catches it), but no request is dropped: the
+// requests of the batches not yet run fail, naming the exception, their names are free of the
+// engine's bookkeeping, and the request whose callback threw is complete too.
+TEST(FusionEngineCallbackTest, ACallbackThatThrowsFailsTheRestAndStopsTheEngine) {
+  runRanks(3, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const Buffer in32 = randomBuffer(kF32, 64, 300 + r);
+    const Buffer in64 = randomBuffer(DataType::kFloat64, 64, 310 + r);
+    Buffer out32 = output(64 * 4), out64 = output(64 * 8);
+    std::atomic<int> calls{0};
+    Status second;
+    // One group, two dtypes: two batches of one response, run one after the other.
+    std::vector<RequestSpec> specs;
+    specs.push_back(allreduce("throws.a", kF32, 64, in32.data(), out32.data()));
+    specs.push_back(allreduce("throws.b", DataType::kFloat64, 64, in64.data(), out64.data()));
+    RankEngine e(comm, EngineOptions{});
+    std::vector<RequestPtr> requests;
+    ASSERT_TRUE(ok(e.engine->enqueueGroup(
+        std::move(specs),
+        [&](const Status& s) {
+          if (calls.fetch_add(1) == 0) throw std::runtime_error("callback exploded");
+          second = s;
+        },
+        &requests)));
+    ASSERT_EQ(requests.size(), 2u);
+    // The batch whose callback threw ran; the other did not, whichever ran first.
+    const Status a = waitFor(requests[0], 5), b = waitFor(requests[1], 5);
+    EXPECT_NE(a.isOk(), b.isOk()) << "rank " << r << ": " << a.toString() << " / " << b.toString();
+    const Status& failed = a.isOk() ? b : a;
+    const std::string failedName = a.isOk() ? "throws.b" : "throws.a";
+    expectFailure(failed, StatusCode::kInternal,
+                  {"allreduce '" + failedName + "' did not complete",
+                   "the fusion engine stopped: callback exploded"});
+    EXPECT_EQ(second.message(), failed.message()) << "rank " << r;
+    EXPECT_EQ(calls.load(), 2) << "rank " << r;
+    // The engine has stopped with the exception's text; a later enqueue of either name is refused
+    // with it.
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+    while (e.engine->stoppedBecause().isOk() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    expectFailure(e.engine->stoppedBecause(), StatusCode::kInternal, {"callback exploded"});
+    for (const char* name : {"throws.a", "throws.b"}) {
+      RequestPtr again;
+      expectFailure(
+          e.engine->enqueue(allreduce(name, kF32, 64, in32.data(), out32.data()), nullptr, &again),
+          StatusCode::kInternal, {"callback exploded", name, "was not enqueued"});
+      EXPECT_EQ(again, nullptr);
+    }
+    e.engine->shutdown();
   });
 }
 
