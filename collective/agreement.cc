@@ -248,7 +248,7 @@ Status Agreement::exchangeRecords(transport::Communicator& comm, const void* rec
   at_.resize(p);
   sizes_.resize(p);
   if (transport::RecordBoard* board = comm.board()) {
-    if (capacity > transport::RecordBoard::kRecordCapacity) {
+    if (capacity > board->capacity()) {
       return Status::internal("an agreement's records exceed the record board's");
     }
     DETCOLL_RETURN_IF_ERROR(board->exchange(record, bytes));

@@ -33,6 +33,7 @@
 #include "collective/settings.h"
 #include "collective/transport/communicator.h"
 #include "collective/transport/exchange.h"
+#include "collective/transport/record_board.h"
 #include "common/dtype.h"
 #include "common/status.h"
 #include "kernels/fixed_point.h"
@@ -154,6 +155,27 @@ template <typename Kernels, typename Fold>
 Status wholeExchange(Kernels& k, transport::Exchange& x, const void* mine, size_t bytes,
                      const Fold& fold) {
   const int p = x.size();
+  transport::RecordBoard* board = x.board();
+  if (board != nullptr && bytes <= board->capacity()) {
+    // Every rank on one node: the contributions go through the record board, and every rank folds
+    // its peers' where they lie (docs/design.md, "The record board"). No message, no scratch.
+    DETCOLL_RETURN_IF_ERROR(board->exchange(mine, bytes));
+    for (int j = 0; j < p; ++j) {
+      if (board->recordBytes(j) != bytes) {
+        return Status::mismatch("rank " + std::to_string(j) + " posted " +
+                                std::to_string(board->recordBytes(j)) +
+                                " bytes to the allreduce's exchange, rank " +
+                                std::to_string(x.rank()) + " " + std::to_string(bytes));
+      }
+    }
+    kernels::Pieces pieces;
+    pieces.base = board->record(0);
+    pieces.stride = board->recordStride();
+    pieces.own = x.rank();
+    pieces.ownPtr = static_cast<const char*>(mine);
+    fold(pieces, kernels::aligned16({mine, pieces.base}));
+    return Status::ok();
+  }
   const size_t slot =
       (bytes + kernels::kVectorBytes - 1) / kernels::kVectorBytes * kernels::kVectorBytes;
   const size_t mark = k.mark();

@@ -31,7 +31,7 @@ struct WireHeader {
   uint64_t nameHash;
 };
 static_assert(sizeof(WireHeader) == CallAgreement::kHeaderBytes);
-static_assert(CallAgreement::kRecordBytes <= transport::RecordBoard::kRecordCapacity,
+static_assert(CallAgreement::kRecordBytes <= transport::RecordBoard::kAgreementCapacity,
               "a call's record fits a record board's slot");
 
 constexpr size_t kSlot = CallAgreement::kRecordBytes;

@@ -21,6 +21,7 @@ class CommExchange : public transport::Exchange {
                          void* stream) override;
   // The backend's own allreduce, or the ring of int32 widenings where it has none.
   Status nativeMaxKeys(void* keys, size_t count, size_t keyBytes, void* stream) override;
+  transport::RecordBoard* board() override { return comm_.board(); }
 
  private:
   transport::Communicator& comm_;

@@ -18,6 +18,8 @@
 
 namespace detcoll::collective::transport {
 
+class RecordBoard;  // record_board.h
+
 struct Send {
   const void* data;
   size_t bytes;
@@ -79,6 +81,10 @@ class Exchange {
   // waiting. Transports whose ranks share one process, or whose scratch cannot fail, return the
   // local status.
   virtual Status agree(const Status& local) { return local; }
+
+  // The record board of a host transport whose ranks all share one node (record_board.h), or
+  // null: the allreduce's one exchange of whole contributions goes through it where they fit.
+  virtual RecordBoard* board() { return nullptr; }
 };
 
 }  // namespace detcoll::collective::transport

@@ -58,30 +58,48 @@ inline void prefetchLines(const void* slot, size_t from, size_t to) {
   for (size_t l = from; l < to; ++l) __builtin_prefetch(base + l * kLine);
 }
 
-// A slot: its sequence number and size, then the record, whose first 48 bytes (a call's 32-byte
-// header and the first 16 bytes of its leaves) share their line with the sequence number, so
-// that the load that sees a record arrive brings the header too.
+// A slot: its sequence number and size, then the record (up to the board's capacity), whose
+// first 48 bytes (a call's 32-byte header and the first 16 bytes of its leaves) share their line
+// with the sequence number, so that the load that sees a record arrive brings the header too.
 struct RecordBoard::Slot {
   uint64_t sequence;
   uint64_t bytes;
-  char data[kRecordCapacity];
+  char* data() { return reinterpret_cast<char*>(this + 1); }
 };
 
 namespace {
 
+// The slots of a board take about this much memory, however many ranks share it.
+constexpr size_t kSlotsBudget = 8 << 20;
+constexpr size_t kLargestRecord = 1 << 20;
+
 // The lines of a slot whose record has `bytes` bytes, up to kPrefetchBytes of them.
 size_t linesOf(size_t bytes) {
-  return (offsetof(RecordBoard::Slot, data) + std::min(bytes, kPrefetchBytes) + kLine - 1) / kLine;
+  return (sizeof(RecordBoard::Slot) + std::min(bytes, kPrefetchBytes) + kLine - 1) / kLine;
+}
+
+size_t slotBytesOf(int ranks) {
+  return roundUp(sizeof(RecordBoard::Slot) + RecordBoard::capacity(ranks));
 }
 
 }  // namespace
 
+size_t RecordBoard::capacity(int ranks) {
+  const size_t share = kSlotsBudget / (2 * static_cast<size_t>(std::max(ranks, 1)));
+  return std::max(kAgreementCapacity, roundUp(std::min(kLargestRecord, share)));
+}
+
 size_t RecordBoard::bytes(int ranks) {
-  return roundUp(sizeof(Notice)) + static_cast<size_t>(ranks) * 2 * roundUp(sizeof(Slot));
+  return roundUp(sizeof(Notice)) + static_cast<size_t>(ranks) * 2 * slotBytesOf(ranks);
 }
 
 RecordBoard::RecordBoard(void* memory, int rank, int size, Communicator& owner)
-    : memory_(static_cast<char*>(memory)), rank_(rank), size_(size), owner_(owner) {
+    : memory_(static_cast<char*>(memory)),
+      rank_(rank),
+      size_(size),
+      capacity_(capacity(size)),
+      slotBytes_(slotBytesOf(size)),
+      owner_(owner) {
   // Every rank of a board is on this node (a rank bound to one core still has a core of its own).
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   oversubscribed_ = cores > 0 && size > cores;
@@ -89,7 +107,7 @@ RecordBoard::RecordBoard(void* memory, int rank, int size, Communicator& owner)
 
 RecordBoard::Slot* RecordBoard::slot(int rank, uint64_t sequence) const {
   const size_t index = static_cast<size_t>(rank) * 2 + (sequence & 1);
-  return reinterpret_cast<Slot*>(memory_ + roundUp(sizeof(Notice)) + index * roundUp(sizeof(Slot)));
+  return reinterpret_cast<Slot*>(memory_ + roundUp(sizeof(Notice)) + index * slotBytes_);
 }
 
 bool RecordBoard::arrived(int rank, uint64_t sequence) const {
@@ -102,14 +120,14 @@ char* RecordBoard::nextRecord() {
   // with the records before. After one that failed, a peer may still be reading that slot: the
   // draft goes elsewhere (and exchange() fails before posting it).
   if (!completed_ || noticed()) {
-    scratch_.resize(kRecordCapacity);
+    scratch_.resize(capacity_);
     return scratch_.data();
   }
-  return slot(rank_, sequence_ + 1)->data;
+  return slot(rank_, sequence_ + 1)->data();
 }
 
 const char* RecordBoard::record(int rank) const {
-  return slot(rank, sequence_)->data;
+  return slot(rank, sequence_)->data();
 }
 
 size_t RecordBoard::recordBytes(int rank) const {
@@ -117,15 +135,15 @@ size_t RecordBoard::recordBytes(int rank) const {
 }
 
 Status RecordBoard::exchange(const void* record, size_t bytes) {
-  if (bytes > kRecordCapacity) {
-    return Status::internal("an agreement record of " + std::to_string(bytes) +
-                            " bytes exceeds the record board's " + std::to_string(kRecordCapacity));
+  if (bytes > capacity_) {
+    return Status::internal("a record of " + std::to_string(bytes) +
+                            " bytes exceeds the record board's " + std::to_string(capacity_));
   }
   if (noticed()) return owner_.health();
   const uint64_t sequence = ++sequence_;
   completed_ = false;
   Slot* mine = slot(rank_, sequence);
-  if (bytes > 0 && record != mine->data) std::memcpy(mine->data, record, bytes);
+  if (bytes > 0 && record != mine->data()) std::memcpy(mine->data(), record, bytes);
   mine->bytes = bytes;
   __atomic_store_n(&mine->sequence, sequence, __ATOMIC_RELEASE);
   // Ranks in one agreement mostly post records of one size: the lines this rank's record takes

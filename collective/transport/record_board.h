@@ -1,7 +1,8 @@
 #pragma once
 
-// The record board (docs/design.md, "The record board"): the agreement's exchange through memory
-// that every rank of a communicator maps, where they all share one node. Each rank has two slots;
+// The record board (docs/design.md, "The record board"): the agreement's exchange, and the
+// allreduce's exchange of whole contributions where they fit, through memory that every rank of a
+// communicator maps, where they all share one node. Each rank has two slots;
 // the record of its k-th exchange goes to slot k mod 2 with the sequence number k, written last
 // (a release store), and a rank reads a peer's record once that peer's slot shows k. Two slots
 // suffice: a rank can start its exchange k + 2, and overwrite slot k mod 2, only after reading
@@ -26,8 +27,13 @@ namespace detcoll::collective::transport {
 
 class RecordBoard {
  public:
-  // The largest record: the call agreement's header and inline payload, with room to spare.
-  static constexpr size_t kRecordCapacity = (16 << 10) + 64;
+  // The largest record of any board: at least the call agreement's header and inline payload,
+  // with room to spare.
+  static constexpr size_t kAgreementCapacity = (16 << 10) + 64;
+  // The largest record of a board of `ranks` ranks: 1 MiB where the slots of all ranks stay
+  // within about 8 MiB, less for more ranks, never below kAgreementCapacity. The allreduce's one
+  // exchange of whole contributions (collective/allreduce.h) goes through the board up to it.
+  static size_t capacity(int ranks);
   // The longest reason a notice carries (a longer one is cut).
   static constexpr size_t kNoticeText = 2048;
 
@@ -43,15 +49,19 @@ class RecordBoard {
 
   void setPatience(const Patience& patience) { patience_ = patience; }
 
-  // Posts `bytes` (at most kRecordCapacity) of `record` as this rank's record of its next
+  size_t capacity() const { return capacity_; }
+
+  // Posts `bytes` (at most capacity()) of `record` as this rank's record of its next
   // exchange and waits for every rank's record of the same exchange.
   Status exchange(const void* record, size_t bytes);
   // Where this rank's record of its next exchange goes: a record written here is posted without a
   // copy (exchange(nextRecord(), bytes)). After a failed exchange, a buffer of the board's own
   // instead, since a peer may still be reading the slot.
   char* nextRecord();
-  // Rank j's record of the last exchange: valid until this rank's next exchange.
+  // Rank j's record of the last exchange: valid until this rank's next exchange. Records are
+  // 16-byte aligned, and record(j) = record(0) + j * recordStride().
   const char* record(int rank) const;
+  size_t recordStride() const { return 2 * slotBytes_; }
   size_t recordBytes(int rank) const;
 
   // The first reason any rank posted wins; returns the reason the board holds afterwards.
@@ -77,6 +87,8 @@ class RecordBoard {
   char* memory_;
   int rank_;
   int size_;
+  size_t capacity_;   // capacity(size_)
+  size_t slotBytes_;  // a slot's header and record, in whole lines
   Communicator& owner_;
   Patience patience_;
   uint64_t sequence_ = 0;  // this rank's exchanges so far

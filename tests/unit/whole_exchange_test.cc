@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collective/allreduce.h"
+#include "collective/transport/record_board.h"
 #include "collective/transport/thread_communicator.h"
 #include "tests/support/exact_reference.h"
 #include "tests/support/reference.h"
@@ -32,40 +33,45 @@ struct Outcome {
 };
 
 // One allreduce of each rank's inputs[r] (and, for ordered mode, a second leaf when `twoLeaves`).
+// On a record board (`board`), the whole exchange goes through it where a contribution fits.
 Outcome runAllreduce(const std::vector<Buffer>& inputs, size_t count, DataType type, ReduceOp op,
-                     Mode mode, size_t wholeBytes, bool inPlace, bool twoLeaves = false) {
+                     Mode mode, size_t wholeBytes, bool inPlace, bool twoLeaves = false,
+                     bool board = false) {
   const int p = static_cast<int>(inputs.size()) / (twoLeaves ? 2 : 1);
   const size_t bytes = count * dataTypeSize(type);
   Outcome run;
   run.outputs.assign(p, Buffer(bytes + 16, kSentinel));
   run.statuses.resize(p);
   run.messages.resize(p);
-  const Status spawned = collective::transport::spawn(p, [&](Communicator& comm) {
-    const int r = comm.rank();
-    Buffer& out = run.outputs[r];
-    std::vector<const void*> leaves;
-    if (twoLeaves) {
-      leaves = {inputs[2 * r].data(), inputs[2 * r + 1].data()};
-    } else if (inPlace) {
-      std::copy(inputs[r].begin(), inputs[r].end(), out.begin());
-      leaves = {out.data()};
-    } else {
-      leaves = {inputs[r].data()};
-    }
-    AllreduceOptions o;
-    o.mode = mode;
-    o.leaves = leaves.data();
-    o.nleaves = static_cast<int>(leaves.size());
-    o.totalLeaves = static_cast<int64_t>(inputs.size());
-    o.recv = out.data();
-    o.count = count;
-    o.type = type;
-    o.op = op;
-    o.wholeExchangeBytes = wholeBytes;
-    const uint64_t before = comm.sentMessages();
-    run.statuses[r] = collective::allreduce(comm, o);
-    run.messages[r] = comm.sentMessages() - before;
-  });
+  const Status spawned = collective::transport::spawn(
+      p,
+      [&](Communicator& comm) {
+        const int r = comm.rank();
+        Buffer& out = run.outputs[r];
+        std::vector<const void*> leaves;
+        if (twoLeaves) {
+          leaves = {inputs[2 * r].data(), inputs[2 * r + 1].data()};
+        } else if (inPlace) {
+          std::copy(inputs[r].begin(), inputs[r].end(), out.begin());
+          leaves = {out.data()};
+        } else {
+          leaves = {inputs[r].data()};
+        }
+        AllreduceOptions o;
+        o.mode = mode;
+        o.leaves = leaves.data();
+        o.nleaves = static_cast<int>(leaves.size());
+        o.totalLeaves = static_cast<int64_t>(inputs.size());
+        o.recv = out.data();
+        o.count = count;
+        o.type = type;
+        o.op = op;
+        o.wholeExchangeBytes = wholeBytes;
+        const uint64_t before = comm.sentMessages();
+        run.statuses[r] = collective::allreduce(comm, o);
+        run.messages[r] = comm.sentMessages() - before;
+      },
+      board);
   EXPECT_TRUE(spawned.isOk()) << spawned.toString();
   return run;
 }
@@ -145,6 +151,53 @@ TEST(WholeExchangeTest, InvariantOnAndOffGiveTheExactReferenceBits) {
                        want, count, type, what);
           }
         }
+      }
+    }
+  }
+}
+
+// On a record board the whole contributions go through it, no message sent, up to the board's
+// capacity, and as messages past it: the reference's bits either way, ordered (rank order) and
+// invariant (exact), in place, out of place and with two leaves a rank.
+TEST(WholeExchangeTest, OnARecordBoardTheContributionsGoThroughItUpToItsCapacity) {
+  using collective::transport::RecordBoard;
+  for (int p : {2, 3, 5}) {
+    const size_t capacity = RecordBoard::capacity(p);
+    for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
+      const size_t es = dataTypeSize(type);
+      for (size_t count :
+           {RecordBoard::kAgreementCapacity / es + 3, capacity / es, capacity / es + 1}) {
+        const bool fits = count * es <= capacity;
+        const auto inputs = testing::makeInputs(type, 2 * p, count, p * 7 + count);
+        const std::vector<Buffer> one(inputs.begin(), inputs.begin() + p);
+        const Buffer ordered = testing::reference(one, count, type, ReduceOp::kAverage);
+        Buffer exact(count * es + 1);
+        testing::exactInvariantReference(exact.data(), testing::pointers(one), count, type,
+                                         ReduceOp::kAverage);
+        for (bool inPlace : {false, true}) {
+          const std::string what = "np " + std::to_string(p) + " " + dataTypeName(type) + " n " +
+                                   std::to_string(count) + (inPlace ? " in place" : "");
+          for (Mode mode : {Mode::kOrdered, Mode::kInvariant}) {
+            const Outcome run = runAllreduce(one, count, type, ReduceOp::kAverage, mode, kForced,
+                                             inPlace, false, true);
+            expectBits(run, mode == Mode::kOrdered ? ordered : exact, count, type,
+                       what + " " + modeName(mode));
+            for (int r = 0; r < p; ++r) {
+              EXPECT_EQ(run.messages[r], fits ? 0u : static_cast<uint64_t>(p - 1))
+                  << what << " " << modeName(mode) << " rank " << r;
+            }
+          }
+        }
+        // Two leaves a rank: each rank's leaves folded first, then the ranks' in rank order.
+        std::vector<Buffer> contributions;
+        for (int r = 0; r < p; ++r) {
+          contributions.push_back(
+              testing::reference({inputs[2 * r], inputs[2 * r + 1]}, count, type, ReduceOp::kSum));
+        }
+        expectBits(runAllreduce(inputs, count, type, ReduceOp::kSum, Mode::kOrdered, kForced, false,
+                                true, true),
+                   testing::reference(contributions, count, type, ReduceOp::kSum), count, type,
+                   "np " + std::to_string(p) + " two leaves a rank");
       }
     }
   }
