@@ -3,7 +3,7 @@
 // no per-tensor cost at all).
 //
 //   mpirun -np 2 detcoll_fusion_perf [-n iterations] [-w warmup] [-m ordered|invariant|native]
-//                                    [-t threshold] [-c cycle_ms] [-F 0|1] [model ...]
+//                                    [-t threshold] [-c cycle_ms] [-F 0|1] [-B 0|1] [model ...]
 //
 // A model is a workload file (tests/support/workload.h; resnet50 and bert_base by default). For
 // each model two sets are timed: its tensors under 64 KiB (batch-norm and bias vectors, the
@@ -14,7 +14,8 @@
 // same buffers, each step starting at a random point of the engine's cycle. Both engines take the
 // fast path of a repeated step unless -F 0 (fusion/fast_path.h); the share of requests that took
 // it, the fast path's votes per step and rank 0's time to enqueue a step are printed after each
-// set. #wrong counts
+// set. The engines' communicators get a record board where every rank is on one node, as the C
+// API's do (-B 0: none). #wrong counts
 // elements where the fused result's bits differ from the unfused one's (in ordered and invariant
 // mode there must be none). The timeline (-T) records the fused engine's steps. -C FILE appends the
 // table's rows to a CSV file as well (rank 0; tests/bench/bench_csv.h).
@@ -53,18 +54,19 @@ struct Options {
   size_t threshold = 64 << 20;
   double cycleMs = 1.0;
   bool fastPath = true;  // -F 0: every step negotiated
+  bool board = true;     // -B 0: the engines' communicators without a record board
   std::string timeline;  // of the fused engine
   std::string csv;       // -C: the CSV file the rows are appended to
   std::vector<std::string> models;
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(
-      stderr,
-      "%s\nusage: detcoll_fusion_perf [-n iterations] [-w warmup] "
-      "[-m ordered|invariant|native] [-t threshold_bytes] [-c cycle_ms] [-F 0|1] [-T timeline] "
-      "[-C csv_file] [model ...]\n",
-      why);
+  std::fprintf(stderr,
+               "%s\nusage: detcoll_fusion_perf [-n iterations] [-w warmup] "
+               "[-m ordered|invariant|native] [-t threshold_bytes] [-c cycle_ms] [-F 0|1] [-B 0|1] "
+               "[-T timeline] "
+               "[-C csv_file] [model ...]\n",
+               why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
 }
@@ -89,6 +91,8 @@ Options parse(int argc, char** argv) {
       o.timeline = value;
     } else if (flag == "-C") {
       o.csv = value;
+    } else if (flag == "-B") {
+      o.board = std::atoi(value.c_str()) != 0;
     } else if (flag == "-F") {
       o.fastPath = std::atoi(value.c_str()) != 0;
     } else if (flag == "-c") {
@@ -161,9 +165,15 @@ double flatStep(const std::vector<float>& in, std::vector<float>& out) {
 
 std::unique_ptr<fusion::Engine> makeEngine(
     std::unique_ptr<detcoll::collective::transport::MpiCommunicator>& comm, size_t threshold,
-    double cycleMs, bool fastPath, const std::string& timeline = "") {
+    double cycleMs, bool fastPath, bool board, const std::string& timeline = "") {
   require(detcoll::collective::transport::MpiCommunicator::create(MPI_COMM_WORLD, &comm),
           "communicator");
+  // As the C API gives the engine's communicator (DETCOLL_AGREEMENT_TRANSPORT=auto): a record
+  // board where every rank is on this node.
+  std::string why;
+  if (board && !comm->attachBoard(&why) && comm->rank() == 0) {
+    std::printf("# no record board: %s\n", why.c_str());
+  }
   fusion::EngineOptions options;
   options.fusionThresholdBytes = threshold;
   options.cycleTimeMs = cycleMs;
@@ -190,8 +200,8 @@ int main(int argc, char** argv) {
   // step (fusion/fast_path.h) keeps the threshold its step was planned with, so one engine whose
   // threshold changed every step would negotiate every step.
   std::unique_ptr<detcoll::collective::transport::MpiCommunicator> fusedComm, unfusedComm;
-  auto fused = makeEngine(fusedComm, o.threshold, o.cycleMs, o.fastPath, o.timeline);
-  auto unfused = makeEngine(unfusedComm, 0, o.cycleMs, o.fastPath);
+  auto fused = makeEngine(fusedComm, o.threshold, o.cycleMs, o.fastPath, o.board, o.timeline);
+  auto unfused = makeEngine(unfusedComm, 0, o.cycleMs, o.fastPath, o.board);
 
   detcoll::bench::CsvFile csv;
   if (rank == 0 && !o.csv.empty()) {
