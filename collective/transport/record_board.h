@@ -30,7 +30,7 @@ class RecordBoard {
   // The largest record of any board: at least the call agreement's header and inline payload,
   // with room to spare.
   static constexpr size_t kAgreementCapacity = (16 << 10) + 64;
-  // The largest record of a board of `ranks` ranks: 1 MiB where the slots of all ranks stay
+  // The largest record of a board of `ranks` ranks: 512 KiB where the slots of all ranks stay
   // within about 8 MiB, less for more ranks, never below kAgreementCapacity. The allreduce's one
   // exchange of whole contributions (collective/allreduce.h) goes through the board up to it.
   static size_t capacity(int ranks);
