@@ -160,12 +160,12 @@ Status wholeExchange(Kernels& k, transport::Exchange& x, const void* mine, size_
     // Every rank on one node: the contributions go through the record board, and every rank folds
     // its peers' where they lie (docs/design.md, "The record board"). No message, no scratch.
     DETCOLL_RETURN_IF_ERROR(board->exchange(mine, bytes));
-    for (int j = 0; j < p; ++j) {
-      if (board->recordBytes(j) != bytes) {
-        return Status::mismatch("rank " + std::to_string(j) + " posted " +
-                                std::to_string(board->recordBytes(j)) +
-                                " bytes to the allreduce's exchange, rank " +
-                                std::to_string(x.rank()) + " " + std::to_string(bytes));
+    // Agreed calls post equal sizes; a difference fails every rank with one text.
+    for (int j = 1; j < p; ++j) {
+      if (board->recordBytes(j) != board->recordBytes(0)) {
+        return Status::mismatch(
+            "rank " + std::to_string(j) + " posted " + std::to_string(board->recordBytes(j)) +
+            " bytes to the allreduce's exchange, rank 0 " + std::to_string(board->recordBytes(0)));
       }
     }
     kernels::Pieces pieces;

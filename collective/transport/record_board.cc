@@ -70,7 +70,7 @@ struct RecordBoard::Slot {
 namespace {
 
 // The slots of a board take about this much memory, however many ranks share it.
-constexpr size_t kSlotsBudget = 8 << 20;
+constexpr size_t kSlotsBudget = 4 << 20;
 constexpr size_t kLargestRecord = 512 << 10;
 
 // The lines of a slot whose record has `bytes` bytes, up to kPrefetchBytes of them.

@@ -31,8 +31,9 @@ class RecordBoard {
   // with room to spare.
   static constexpr size_t kAgreementCapacity = (16 << 10) + 64;
   // The largest record of a board of `ranks` ranks: 512 KiB where the slots of all ranks stay
-  // within about 8 MiB, less for more ranks, never below kAgreementCapacity. The allreduce's one
-  // exchange of whole contributions (collective/allreduce.h) goes through the board up to it.
+  // within about 4 MiB (up to 4 ranks), less for more ranks, never below kAgreementCapacity. The
+  // allreduce's one exchange of whole contributions (collective/allreduce.h) goes through the board
+  // up to it.
   static size_t capacity(int ranks);
   // The longest reason a notice carries (a longer one is cut).
   static constexpr size_t kNoticeText = 2048;

@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "collective/agreement.h"
 #include "collective/allreduce.h"
 #include "collective/transport/record_board.h"
 #include "collective/transport/thread_communicator.h"
@@ -200,6 +202,111 @@ TEST(WholeExchangeTest, OnARecordBoardTheContributionsGoThroughItUpToItsCapacity
                    "np " + std::to_string(p) + " two leaves a rank");
       }
     }
+  }
+}
+
+// Many calls in a row on one board, of sizes within its capacity (through the board) and past it
+// (as messages), ordered and invariant, with status agreements between: each call reads only its
+// own records (both parities of the slots; the records of two exchanges before are never read
+// again) and gives the reference's bits.
+TEST(WholeExchangeTest, ManyCallsInARowOnOneBoardEachGiveTheReferenceBits) {
+  using collective::transport::RecordBoard;
+  for (int p : {2, 3}) {
+    const size_t capacity = RecordBoard::capacity(p);
+    struct Call {
+      Mode mode;
+      size_t count;  // float32 elements
+      std::vector<Buffer> inputs;
+      Buffer want;
+    };
+    std::vector<Call> calls;
+    std::mt19937_64 gen(static_cast<uint64_t>(p) * 97);
+    for (int c = 0; c < 24; ++c) {
+      const size_t sizes[] = {1 + gen() % 500, capacity / 4 - gen() % 1000, capacity / 8,
+                              capacity / 4 + 1 + gen() % 100};
+      Call call;
+      call.mode = c % 3 == 2 ? Mode::kInvariant : Mode::kOrdered;
+      call.count = sizes[gen() % 4];
+      call.inputs = testing::makeInputs(DataType::kFloat32, p, call.count, 1000 * p + c);
+      if (call.mode == Mode::kOrdered) {
+        call.want =
+            testing::reference(call.inputs, call.count, DataType::kFloat32, ReduceOp::kAverage);
+      } else {
+        call.want.resize(call.count * 4 + 1);
+        testing::exactInvariantReference(call.want.data(), testing::pointers(call.inputs),
+                                         call.count, DataType::kFloat32, ReduceOp::kAverage);
+      }
+      calls.push_back(std::move(call));
+    }
+    std::vector<std::vector<std::string>> failures(p);
+    const Status spawned = collective::transport::spawn(
+        p,
+        [&](Communicator& comm) {
+          const int r = comm.rank();
+          for (size_t c = 0; c < calls.size(); ++c) {
+            const Call& call = calls[c];
+            Buffer out = call.inputs[r];  // in place
+            const void* leaf = out.data();
+            AllreduceOptions o;
+            o.mode = call.mode;
+            o.leaves = &leaf;
+            o.recv = out.data();
+            o.count = call.count;
+            o.type = DataType::kFloat32;
+            o.op = ReduceOp::kAverage;
+            o.wholeExchangeBytes = kForced;
+            const Status s = collective::allreduce(comm, o);
+            if (!s.isOk() ||
+                !testing::sameBits(out.data(), call.want.data(), call.count, DataType::kFloat32)) {
+              failures[r].push_back("call " + std::to_string(c) + " (" +
+                                    std::to_string(call.count) + " floats): " + s.toString());
+            }
+            if (c % 5 == 4) {
+              const Status agreed = collective::agreeOnStatus(comm, Status::ok());
+              if (!agreed.isOk()) failures[r].push_back("agreement: " + agreed.toString());
+            }
+          }
+        },
+        true);
+    ASSERT_TRUE(spawned.isOk()) << spawned.toString();
+    for (int r = 0; r < p; ++r) {
+      EXPECT_TRUE(failures[r].empty())
+          << "np " << p << " rank " << r << ": " << failures[r].front();
+    }
+  }
+}
+
+// Ranks that post contributions of different sizes on the board (no agreed call does) all fail
+// with one text, and stay in step.
+TEST(WholeExchangeTest, DifferentSizesOnTheBoardFailEveryRankWithOneText) {
+  const int p = 3;
+  std::vector<Status> status(p), after(p);
+  const Status spawned = collective::transport::spawn(
+      p,
+      [&](Communicator& comm) {
+        const int r = comm.rank();
+        const size_t count = r == 1 ? 5000 : 6000;
+        Buffer in = testing::randomBuffer(DataType::kFloat32, count, r);
+        const void* leaf = in.data();
+        AllreduceOptions o;
+        o.mode = Mode::kOrdered;
+        o.leaves = &leaf;
+        o.recv = in.data();
+        o.count = count;
+        o.type = DataType::kFloat32;
+        o.op = ReduceOp::kSum;
+        o.wholeExchangeBytes = kForced;
+        status[r] = collective::allreduce(comm, o);
+        after[r] = testing::exchangeInStep(comm);
+      },
+      true);
+  ASSERT_TRUE(spawned.isOk()) << spawned.toString();
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(status[r].code(), StatusCode::kMismatch) << status[r].toString();
+    EXPECT_EQ(status[r].message(),
+              "rank 1 posted 20000 bytes to the allreduce's exchange, rank 0 24000")
+        << "rank " << r;
+    EXPECT_TRUE(after[r].isOk()) << "rank " << r << ": " << after[r].toString();
   }
 }
 
