@@ -10,6 +10,10 @@
 // invariant mode (the np = 1 result), or from rank 0's result (every rank must agree) in native
 // mode. ratio = detcoll busbw / MPI_Allreduce busbw. -C FILE appends the table's rows to a CSV
 // file as well (rank 0; tests/bench/bench_csv.h), for scripts/plot_bench.py.
+//
+// Below 64 KiB -n and -w are minimums: such sizes run at least kSmallCalls iterations after
+// kSmallWarmup, since a call takes about a microsecond and a block of a few calls would time the
+// barrier's skew between the ranks (about as long) rather than the calls.
 
 #include <mpi.h>
 
@@ -27,6 +31,10 @@
 #include "tests/support/reference.h"
 
 namespace {
+
+constexpr size_t kSmallBytes = 64 << 10;
+constexpr int kSmallCalls = 2000;
+constexpr int kSmallWarmup = 200;
 
 using detcoll::DataType;
 using detcoll::ReduceOp;
@@ -207,8 +215,9 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf(
         "# detcoll_allreduce_perf: %d ranks, dtype %s, op %s, mode %s, %d iterations, "
-        "%d warmup, out of place\n",
-        p, typeName.c_str(), opName.c_str(), modeName, o.iterations, o.warmup);
+        "%d warmup (below %zu KiB at least %d and %d), out of place\n",
+        p, typeName.c_str(), opName.c_str(), modeName, o.iterations, o.warmup, kSmallBytes >> 10,
+        kSmallCalls, kSmallWarmup);
     std::printf("# peer: %s on the same buffers, timed alternately in the same run\n", peerName);
     std::printf("#%11s %12s %8s %7s | %10s %8s %8s %7s | %10s %8s %8s | %6s\n", "size", "count",
                 "type", "redop", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw",
@@ -240,22 +249,25 @@ int main(int argc, char** argv) {
                       detcoll::collective::transport::mpiReduceOp(o.op), MPI_COMM_WORLD);
       }
     };
-    for (int i = 0; i < o.warmup; ++i) {
+    const bool small = bytes < kSmallBytes;
+    const int iterations = small ? std::max(o.iterations, kSmallCalls) : o.iterations;
+    const int warmup = small ? std::max(o.warmup, kSmallWarmup) : o.warmup;
+    for (int i = 0; i < warmup; ++i) {
       runOurs();
       runPeer();
     }
     // Alternate in blocks so that drift in machine state hits both alike.
-    const int blocks = std::min(o.iterations, 5);
+    const int blocks = std::min(iterations, 5);
     double tOurs = 0, tPeer = 0;
     int done = 0;
     for (int b = 0; b < blocks; ++b) {
-      const int calls = (o.iterations - done) / (blocks - b);
+      const int calls = (iterations - done) / (blocks - b);
       tOurs += timeCalls(calls, runOurs) * calls;
       tPeer += timeCalls(calls, runPeer) * calls;
       done += calls;
     }
-    tOurs /= o.iterations;
-    tPeer /= o.iterations;
+    tOurs /= iterations;
+    tPeer /= iterations;
 
     long wrong = 0;
     if (o.check) {
