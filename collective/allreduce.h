@@ -155,6 +155,15 @@ template <typename Kernels, typename Fold>
 Status wholeExchange(Kernels& k, transport::Exchange& x, const void* mine, size_t bytes,
                      const Fold& fold) {
   const int p = x.size();
+  // Every rank's contribution at base + j * stride, this rank's at `mine`, folded in rank order.
+  const auto foldAll = [&](const char* base, size_t stride) {
+    kernels::Pieces pieces;
+    pieces.base = base;
+    pieces.stride = stride;
+    pieces.own = x.rank();
+    pieces.ownPtr = static_cast<const char*>(mine);
+    fold(pieces, kernels::aligned16({mine, base}));
+  };
   transport::RecordBoard* board = x.board();
   if (board != nullptr && bytes <= board->capacity()) {
     // Every rank on one node: the contributions go through the record board, and every rank folds
@@ -168,12 +177,7 @@ Status wholeExchange(Kernels& k, transport::Exchange& x, const void* mine, size_
             " bytes to the allreduce's exchange, rank 0 " + std::to_string(board->recordBytes(0)));
       }
     }
-    kernels::Pieces pieces;
-    pieces.base = board->record(0);
-    pieces.stride = board->recordStride();
-    pieces.own = x.rank();
-    pieces.ownPtr = static_cast<const char*>(mine);
-    fold(pieces, kernels::aligned16({mine, pieces.base}));
+    foldAll(board->record(0), board->recordStride());
     return Status::ok();
   }
   const size_t slot =
@@ -190,14 +194,7 @@ Status wholeExchange(Kernels& k, transport::Exchange& x, const void* mine, size_
     }
     status = x.post(group, k.stream());
     if (status.isOk()) status = x.complete(group);
-    if (status.isOk()) {
-      kernels::Pieces pieces;
-      pieces.base = slots;
-      pieces.stride = slot;
-      pieces.own = x.rank();
-      pieces.ownPtr = static_cast<const char*>(mine);
-      fold(pieces, kernels::aligned16({mine, slots}));
-    }
+    if (status.isOk()) foldAll(slots, slot);
   }
   k.release(mark);
   return status;

@@ -238,7 +238,7 @@ void Engine::loop() {
   } catch (const std::exception& e) {
     // Nothing may escape the thread (std::terminate); requests in flight fail with the reason.
     DETCOLL_LOG(kError) << "fusion engine stopped: " << e.what();
-    stop(Status::internal(std::string("the fusion engine stopped: ") + e.what()));
+    stop(stoppedBy(e.what()));
   }
   timeline_.close();  // complete and readable once the engine has stopped
 }

@@ -164,6 +164,8 @@ class Engine {
   void runBatches(const std::vector<Batch>& batches);
   // A request's failure when the engine stopped (why) before running it.
   static Status didNotComplete(const Request& request, const Status& why);
+  // Why the engine stops when an exception (`what`) leaves its thread.
+  static Status stoppedBy(const std::string& what);
 
   // The fast path (engine_fast.cc). After a cycle: learns the step from the response's ready
   // requests, and starts the fast path where the response allows it and the step has repeated.

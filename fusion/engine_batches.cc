@@ -65,6 +65,10 @@ Status Engine::didNotComplete(const Request& request, const Status& why) {
                                 quotedName(request.name()) + " did not complete: " + why.message());
 }
 
+Status Engine::stoppedBy(const std::string& what) {
+  return Status::internal("the fusion engine stopped: " + what);
+}
+
 void Engine::runBatches(const std::vector<Batch>& batches) {
   size_t next = 0;
   try {
@@ -77,8 +81,7 @@ void Engine::runBatches(const std::vector<Batch>& batches) {
       what = e.what();
     } catch (...) {
     }
-    // loop() stops the engine with the same text.
-    const Status why = Status::internal("the fusion engine stopped: " + what);
+    const Status why = stoppedBy(what);  // loop() stops the engine with it
     for (; next < batches.size(); ++next) {
       for (const RequestPtr& request : batches[next].requests) {
         try {

@@ -64,8 +64,7 @@ struct Options {
   std::fprintf(stderr,
                "%s\nusage: detcoll_fusion_perf [-n iterations] [-w warmup] "
                "[-m ordered|invariant|native] [-t threshold_bytes] [-c cycle_ms] [-F 0|1] [-B 0|1] "
-               "[-T timeline] "
-               "[-C csv_file] [model ...]\n",
+               "[-T timeline] [-C csv_file] [model ...]\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
