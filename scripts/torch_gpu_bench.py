@@ -1,7 +1,8 @@
 """Allreduce of a model's gradient set from CUDA tensors: detcoll.torch (ordered and invariant,
 through the fusion engine's device buffers) beside torch.distributed's NCCL allreduce of the same
-tensors, one call per tensor and one flat call of all their bytes. At one rank (what one GPU
-allows) this is a latency and launch-overhead figure, not a bandwidth one.
+tensors, one call per tensor and one flat call of all their bytes; then the same requests on
+16-element tensors, the per-request cost, with detcoll's enqueue and synchronize apart. At one
+rank (what one GPU allows) this is a latency and launch-overhead figure, not a bandwidth one.
 
     PYTHONPATH=build/python python3 scripts/torch_gpu_bench.py [--model resnet50] [--steps 30]
 
@@ -82,6 +83,32 @@ def main():
                    for o, r in zip(outs, ref))
         rows.append((f"detcoll {mode} (fusion engine)", ms, "yes" if same else "NO"))
 
+    # The same requests on 16-element tensors: what a step costs apart from its bytes (the
+    # Python layer, the engine's negotiation, the events), split into the enqueue and the wait.
+    tiny = [t.reshape(-1)[:16].clone() for t in grads]
+    detcoll.set_mode("ordered")
+    split = []
+
+    def tiny_step():
+        counter[0] += 1
+        begin = time.perf_counter()
+        handles = [hvd.allreduce_async(t, op=hvd.Sum, name=f"tiny.{counter[0]}.{i}")
+                   for i, t in enumerate(tiny)]
+        enqueued = time.perf_counter()
+        outs = [hvd.synchronize(h) for h in handles]
+        split.append((enqueued - begin, time.perf_counter() - enqueued))
+        return outs
+
+    ms = timed(tiny_step, args.steps)
+    enqueue = statistics.median(e for e, _ in split[-args.steps:]) * 1e3
+    wait = statistics.median(w for _, w in split[-args.steps:]) * 1e3
+    outs = tiny_step()
+    ref = [hvd.allreduce(t.cpu(), op=hvd.Sum, name=f"cpu.tiny.{i}") for i, t in enumerate(tiny)]
+    same = all(torch.equal(o.cpu().view(torch.int32), r.view(torch.int32))
+               for o, r in zip(outs, ref))
+    rows.append((f"detcoll ordered, {len(tiny)} 16-element tensors (enqueue {enqueue:.3f}, "
+                 f"synchronize {wait:.3f})", ms, "yes" if same else "NO"))
+
     if hvd.size() == 1:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
@@ -92,6 +119,9 @@ def main():
         flat = torch.cat([t.reshape(-1) for t in grads])
         rows.append(("torch.distributed NCCL, one flat call",
                      timed(lambda: dist.all_reduce(flat), args.steps), "-"))
+        work = [t.clone() for t in tiny]
+        rows.append(("torch.distributed NCCL, one call per 16-element tensor",
+                     timed(lambda: [dist.all_reduce(t) for t in work], args.steps), "-"))
         dist.destroy_process_group()
 
     if hvd.rank() == 0:

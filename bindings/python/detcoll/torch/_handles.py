@@ -19,15 +19,46 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
+from detcoll.torch._tensors import current_raw_stream, device_index
+
+
+class _OpStream:
+    """The stream an op on CUDA tensors runs every step on, and waits on: torch's current stream on
+    the tensors' device when the op was called, whichever thread advances it (docs/design.md,
+    "Device tensors in the engine"). Kept as its raw handle and device index, read without
+    building a torch.cuda.Stream: a thread on that stream already (the caller's, as a rule) enters
+    no stream context, which costs more than the request itself (docs/gpu-results.md)."""
+
+    __slots__ = ("index", "raw", "_stream")
+
+    def __init__(self, index):
+        self.index = index
+        self.raw = current_raw_stream(index)
+        self._stream = None
+
+    def is_current(self):
+        """Whether it is this thread's current stream on its device."""
+        return current_raw_stream(self.index) == self.raw
+
+    def stream(self):
+        """The torch.cuda.Stream, made the first time another thread or stream needs it."""
+        if self._stream is None:
+            self._stream = (torch.cuda.ExternalStream(self.raw, device=self.index) if self.raw
+                            else torch.cuda.default_stream(self.index))
+        return self._stream
+
+    def context(self):
+        """A context in which it is torch's current stream and its device the current device."""
+        if self.is_current() and torch.cuda.current_device() == self.index:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self.stream())
 
 
 def _stream_of(tensors):
-    """torch's current stream of the first CUDA tensor's device, or None for CPU tensors. An op
-    on CUDA tensors runs every step, and waits, on the stream current when it was called,
-    whichever thread advances it (docs/design.md, "Device tensors in the engine")."""
+    """The _OpStream of the first CUDA tensor's device, or None for CPU tensors."""
     for t in tensors:
         if isinstance(t, torch.Tensor) and t.device.type == "cuda":
-            return torch.cuda.current_stream(t.device)
+            return _OpStream(device_index(t.device))
     return None
 
 
@@ -113,8 +144,7 @@ class _Op:
         return not self._done and (self._dropped or self._enqueued < self._exchanges)
 
     def _on_stream(self):
-        return (torch.cuda.stream(self._stream) if self._stream is not None else
-                contextlib.nullcontext())
+        return self._stream.context() if self._stream is not None else contextlib.nullcontext()
 
     def _advance(self, first=False):
         try:
@@ -178,13 +208,12 @@ class _Op:
         with self._lock:
             while not self._done:
                 self._wait_step()
-        if self._stream is not None:
-            # The op's results are ordered on its stream; the caller's may be another, which
-            # then waits for it, and the outputs' memory is not reused before it is done.
-            current = torch.cuda.current_stream(self._stream.device)
-            if current != self._stream:
-                current.wait_stream(self._stream)
-                _record_stream(self._output, current)
+        if self._stream is not None and not self._stream.is_current():
+            # The op's results are ordered on its stream; the caller's is another, which then
+            # waits for it, and the outputs' memory is not reused before it is done.
+            current = torch.cuda.current_stream(self._stream.index)
+            current.wait_stream(self._stream.stream())
+            _record_stream(self._output, current)
         if self._error is not None:
             raise self._error
         return self._output

@@ -71,16 +71,24 @@ _LEGACY_STREAM = 0x1
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
+def current_raw_stream(index):
+    """The raw handle (an int) of torch's current stream on CUDA device `index` for this thread."""
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def device_index(device):
+    """A CUDA torch.device's index, the current device's where it names none."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def use_current_stream(device):
     """Points detcoll's CUDA stream for this thread (detcoll_set_cuda_stream) at torch's current
     stream on `device` (a CUDA torch.device; None: nothing to do)."""
     if device is None:
         return
-    if _raw_stream is not None:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        stream = _raw_stream(index)
-    else:
-        stream = torch.cuda.current_stream(device).cuda_stream
+    stream = current_raw_stream(device_index(device))
     _detcoll.set_cuda_stream(stream if stream != 0 else _LEGACY_STREAM)
 
 
