@@ -19,7 +19,10 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
-from detcoll.torch._tensors import current_raw_stream, device_index
+from detcoll.torch._tensors import current_device, current_raw_stream, device_index
+
+# The context of an op on CPU tensors, or on the stream and device current already (reusable).
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 class _OpStream:
@@ -49,8 +52,8 @@ class _OpStream:
 
     def context(self):
         """A context in which it is torch's current stream and its device the current device."""
-        if self.is_current() and torch.cuda.current_device() == self.index:
-            return contextlib.nullcontext()
+        if self.is_current() and current_device() == self.index:
+            return _NO_CONTEXT
         return torch.cuda.stream(self.stream())
 
 
@@ -144,7 +147,7 @@ class _Op:
         return not self._done and (self._dropped or self._enqueued < self._exchanges)
 
     def _on_stream(self):
-        return self._stream.context() if self._stream is not None else contextlib.nullcontext()
+        return self._stream.context() if self._stream is not None else _NO_CONTEXT
 
     def _advance(self, first=False):
         try:

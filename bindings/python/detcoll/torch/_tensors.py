@@ -78,9 +78,17 @@ def current_raw_stream(index):
     return torch.cuda.current_stream(index).cuda_stream
 
 
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def current_device():
+    """torch.cuda.current_device(), without its Python layer where this torch allows."""
+    return _get_device() if _get_device is not None else torch.cuda.current_device()
+
+
 def device_index(device):
     """A CUDA torch.device's index, the current device's where it names none."""
-    return device.index if device.index is not None else torch.cuda.current_device()
+    return device.index if device.index is not None else current_device()
 
 
 def use_current_stream(device):
