@@ -68,6 +68,20 @@ def test_cudnn_benchmark_on_is_a_risk():
     assert (off["status"], off["value"]) == ("ok", "False")
 
 
+def test_the_patch_state_is_reported():
+    import detcoll.torch as dt
+    dt.unpatch()
+    before = one(local(), "detcoll.torch.patch_state()")
+    with dt.patched(devices=("cpu",), ops=["bincount", "index_add_"]):
+        during = one(local(), "detcoll.torch.patch_state()")
+    assert before["value"] == "not patched"
+    assert before["status"] == ("risk" if torch.cuda.is_available() else "info")
+    assert "index_add_" in before["why"] and "patch()" in before["fix"]
+    assert during["value"] == "aten::bincount on cpu, aten::index_add_ on cpu"
+    # Patched for the CPU alone leaves the CUDA kernels torch's.
+    assert during["status"] == before["status"]
+
+
 def test_horovod_fusion_threshold_zero_in_native_mode_is_the_workaround_that_drifts(monkeypatch):
     monkeypatch.setenv("DETCOLL_DETERMINISM", "native")
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "0")

@@ -251,6 +251,55 @@ def test_ops_on_cuda_tensors_have_the_cpu_bits():
 
 
 @gpu
+def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algorithms():
+    # An unchanged model's CUDA backward and forward ops through detcoll.torch.patch(), with
+    # torch.use_deterministic_algorithms(True): none raises, each is detcoll's (a call), and each
+    # has the bits of detcoll's CPU kernel on the same data.
+    g = torch.Generator().manual_seed(23)
+    table = wide("patch.table", (40, 8))
+    ids = torch.randint(0, 40, (3000,), generator=g)
+    image = wide("patch.image", (2, 3, 17, 19))
+    src = wide("patch.src", (3000, 8))
+    base = wide("patch.base", (40, 8))
+    rows = torch.randint(0, 40, (3000,), generator=g)
+    up_e, up_p, up_u = (wide(f"patch.up{i}", s) for i, s in
+                        enumerate([(3000, 8), (2, 3, 9, 10), (2, 3, 34, 38)]))
+
+    def step(d):
+        t = table.to(d).requires_grad_()
+        a, b = image.to(d).requires_grad_(), image.to(d).requires_grad_()
+        torch.autograd.backward(
+            [torch.nn.functional.embedding(ids.to(d), t),
+             torch.nn.functional.max_pool2d(a, 3, 2, 1),
+             torch.nn.functional.interpolate(b, size=(34, 38), mode="bilinear",
+                                             align_corners=False)],
+            [up_e.to(d), up_p.to(d), up_u.to(d)])
+        return [t.grad, a.grad, b.grad,
+                base.to(d).index_add_(0, rows.to(d), src.to(d)),
+                torch.scatter_add(base.to(d), 0, rows.to(d)[:, None].expand(-1, 8), src.to(d)),
+                torch.bincount(rows.to(d), src[:, 0].to(d), minlength=45)]
+
+    previous = torch.are_deterministic_algorithms_enabled()
+    with hvd.patched() as replaced:
+        assert "aten::index_add_ on cuda" in replaced
+        torch.use_deterministic_algorithms(True)
+        try:
+            on_device = step("cuda")
+        finally:
+            torch.use_deterministic_algorithms(previous)
+        calls = hvd.patch_state()["calls"]
+    with hvd.patched(devices=("cpu",)):
+        on_host = step("cpu")
+    for name in ("embedding_dense_backward", "max_pool2d_with_indices_backward", "index_add_",
+                 "scatter_add", "bincount"):
+        assert calls.get(name, 0) >= 1, (name, calls)
+    assert calls.get("upsample_bilinear2d_backward", 0) + calls.get(
+        "upsample_bilinear2d_backward.vec", 0) >= 1
+    for i, (dev, host) in enumerate(zip(on_device, on_host)):
+        assert dev.is_cuda and same(dev, host), f"output {i}"
+
+
+@gpu
 def test_random_fills_of_cuda_tensors_have_the_cpu_bits():
     key = rng.Key.from_seed(1234).derive("fills")
     for dtype in (torch.float32, torch.float64):

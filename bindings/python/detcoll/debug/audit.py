@@ -25,6 +25,7 @@ import torch
 
 import detcoll
 import detcoll.torch as hvd
+from detcoll.torch._patch import PATCHABLE
 from detcoll import _detcoll
 
 OK, RISK, INFO = "ok", "risk", "info"
@@ -170,7 +171,8 @@ def check_torch_determinism(ctx):
             ("torch-deterministic", "torch.are_deterministic_algorithms_enabled()", True,
              cuda_risk, "off, CUDA kernels that accumulate with atomicAdd (index_add_, "
              "scatter_add_, embedding backward ...) sum in scheduling order",
-             "torch.use_deterministic_algorithms(True); on the CPU, detcoll.torch.ops"),
+             "torch.use_deterministic_algorithms(True) with detcoll.torch.patch(); on the CPU, "
+             "detcoll.torch.ops"),
             ("cudnn-benchmark", "torch.backends.cudnn.benchmark", False, RISK, "cuDNN times "
              "candidate convolution algorithms and keeps the fastest: another run may pick "
              "another", "torch.backends.cudnn.benchmark = False"),
@@ -178,6 +180,13 @@ def check_torch_determinism(ctx):
              "off, cuDNN may pick convolution kernels whose accumulation order varies",
              "torch.backends.cudnn.deterministic = True"))):
         yield finding(source, setting, value, OK if value == good else bad, why, fix)
+    replaced = hvd.patch_state()["replaced"]
+    on_cuda = any(r.endswith(" on cuda") for r in replaced)
+    yield finding("detcoll-patch", "detcoll.torch.patch_state()",
+                  ", ".join(replaced) if replaced else "not patched",
+                  OK if on_cuda else cuda_risk, "unpatched, torch's CUDA kernels of these ops "
+                  "accumulate with atomicAdd (and raise under use_deterministic_algorithms): "
+                  + ", ".join(PATCHABLE), "detcoll.torch.patch() before the model runs")
     ws = env("CUBLAS_WORKSPACE_CONFIG")
     yield finding("cublas-workspace", "CUBLAS_WORKSPACE_CONFIG", ws,
                   OK if ws in (":4096:8", ":16:8") else cuda_risk, "without a fixed workspace "

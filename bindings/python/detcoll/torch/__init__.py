@@ -26,6 +26,7 @@ from detcoll.torch._autograd import (  # noqa: F401  (the autograd-aware collect
     grouped_reducescatter, reducescatter)
 from detcoll.torch._tensors import DTYPES
 from detcoll.torch.compression import Compression
+from detcoll.torch._patch import patch, patch_state, patched, unpatch  # noqa: F401
 from detcoll.torch.mpi_ops import (  # noqa: F401  (Horovod's names)
     Adasum, Average, HorovodInternalError, Max, Min, Product, ProcessSet, Sum,
     add_process_set, allgather_async, allreduce_, allreduce_async, allreduce_async_,
@@ -54,7 +55,7 @@ __all__ = [
     "join", "barrier", "poll", "synchronize",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "SyncBatchNorm", "Compression", "rng", "sample_leaves",
-    "elastic",
+    "elastic", "patch", "unpatch", "patched", "patch_state",
 ]
 
 # Every rank's (local_rank, local_size), gathered at init: cross_rank and cross_size.

@@ -1,0 +1,240 @@
+"""detcoll.torch.patch(): torch's own operators, run by detcoll's deterministic kernels, so that
+an unchanged model's forward and backward use them (the determinism guides' patch() for
+TensorFlow, for PyTorch).
+
+    import detcoll.torch
+    detcoll.torch.patch()                 # the CUDA kernels that accumulate with atomicAdd
+    torch.use_deterministic_algorithms(True)   # covered ops no longer raise
+    ...
+    detcoll.torch.unpatch()
+    with detcoll.torch.patched(devices=("cpu",)):   # a scope; CPU too (for tests)
+        ...
+
+Each replaced operator is one of aten's, registered through torch.library for one device type:
+what torch calls, from any model code, autograd's backward formulas included, runs detcoll's
+kernel there (detcoll.torch.ops; README, "Deterministic ops" gives each one's order). Before it
+registers anything, patch() compares each operator's schema in this torch with the one it was
+written for, and refuses the whole patch, naming the operator, where one differs
+(docs/design.md, "Patching torch's operators").
+"""
+
+import contextlib
+import re
+import threading
+import warnings
+
+import torch
+
+import detcoll
+from detcoll.torch import _gathers
+from detcoll.torch import ops as _ops
+
+__all__ = ["patch", "unpatch", "patched", "patch_state", "PATCHABLE"]
+
+
+def _bincount(self, weights=None, minlength=0):
+    # torch's result type: the weights' when they are float32 or float64, float64 for any other
+    # weights, int64 without.
+    if weights is not None and weights.dtype not in (torch.float32, torch.float64):
+        weights = weights.to(torch.float64)
+    return _ops.bincount(self, weights, minlength)
+
+
+def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    return _ops.embedding_dense_backward(grad_output, indices, int(num_weights), int(padding_idx),
+                                        bool(scale_grad_by_freq))
+
+
+def _upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners,
+                                  scales_h=None, scales_w=None):
+    return _gathers.upsample_bilinear2d_backward(grad_output, [int(s) for s in output_size],
+                                                 [int(s) for s in input_size], align_corners,
+                                                 scales_h, scales_w)
+
+
+def _upsample_bilinear2d_backward_vec(grad_output, output_size, input_size, align_corners,
+                                      scale_factors):
+    if output_size is None:
+        # The forward's output size from the scale factors, as torch computes it.
+        output_size = [int(float(input_size[2 + i]) * scale_factors[i]) for i in range(2)]
+    scales = scale_factors if scale_factors is not None else (None, None)
+    return _upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners,
+                                         scales[0], scales[1])
+
+
+def _max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+                                      ceil_mode, indices):
+    return _gathers.max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride,
+                                                     padding, dilation, ceil_mode, indices)
+
+
+def _scatter_add(self, dim, index, src):
+    return _ops.scatter_add(self, dim, index, src)
+
+
+def _scatter_add_(self, dim, index, src):
+    return _ops.scatter_add_(self, dim, index, src)
+
+
+def _index_add(self, dim, index, source, *, alpha=1):
+    return _ops.index_add(self, dim, index, source, alpha=alpha)
+
+
+def _index_add_(self, dim, index, source, *, alpha=1):
+    return _ops.index_add_(self, dim, index, source, alpha=alpha)
+
+
+# aten's operator (name.overload), the schema it was written for, and detcoll's kernel with that
+# schema's arguments. Schemas are compared with SymInt read as int (torch 2 made some sizes
+# symbolic; the values a kernel receives are the same integers).
+PATCHABLE = {
+    "bincount": (
+        "aten::bincount(Tensor self, Tensor? weights=None, int minlength=0) -> Tensor",
+        _bincount),
+    "embedding_dense_backward": (
+        "aten::embedding_dense_backward(Tensor grad_output, Tensor indices, int num_weights, "
+        "int padding_idx, bool scale_grad_by_freq) -> Tensor",
+        _embedding_dense_backward),
+    "upsample_bilinear2d_backward": (
+        "aten::upsample_bilinear2d_backward(Tensor grad_output, int[2] output_size, "
+        "int[4] input_size, bool align_corners, float? scales_h=None, float? scales_w=None) "
+        "-> Tensor",
+        _upsample_bilinear2d_backward),
+    "upsample_bilinear2d_backward.vec": (
+        "aten::upsample_bilinear2d_backward.vec(Tensor grad_output, int[]? output_size, "
+        "int[] input_size, bool align_corners, float[]? scale_factors) -> Tensor",
+        _upsample_bilinear2d_backward_vec),
+    "max_pool2d_with_indices_backward": (
+        "aten::max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, "
+        "int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, "
+        "Tensor indices) -> Tensor",
+        _max_pool2d_with_indices_backward),
+    "scatter_add": (
+        "aten::scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
+        _scatter_add),
+    "scatter_add_": (
+        "aten::scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)",
+        _scatter_add_),
+    "index_add": (
+        "aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, "
+        "Scalar alpha=1) -> Tensor",
+        _index_add),
+    "index_add_": (
+        "aten::index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, "
+        "Scalar alpha=1) -> Tensor(a!)",
+        _index_add_),
+}
+
+_DISPATCH_KEYS = {"cuda": "CUDA", "cpu": "CPU"}
+
+_lock = threading.Lock()
+_state = {"library": None, "replaced": [], "calls": {}}
+
+
+def _normalized(schema):
+    return re.sub(r"\bSymInt\b", "int", str(schema))
+
+
+def _overload(name):
+    base, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
+
+
+def _checked_ops(names):
+    """The entries of PATCHABLE named, after their schemas are compared with this torch's."""
+    unknown = [n for n in names if n not in PATCHABLE]
+    if unknown:
+        raise detcoll.InvalidArgumentError(
+            f"detcoll.torch.patch: no deterministic kernel for {', '.join(unknown)}; it covers "
+            f"{', '.join(PATCHABLE)}")
+    for name in names:
+        expected = PATCHABLE[name][0]
+        try:
+            found = _normalized(_overload(name)._schema)
+        except (AttributeError, RuntimeError):
+            found = None
+        if found != expected:
+            raise detcoll.InvalidArgumentError(
+                f"detcoll.torch.patch: torch {torch.__version__} "
+                + (f"has no operator aten::{name}" if found is None else
+                   f"declares {found}")
+                + f", but detcoll's kernel was written for {expected}; nothing was patched")
+    return names
+
+
+def _counted(name, fn, calls):
+    def kernel(*args, **kwargs):
+        calls[name] = calls.get(name, 0) + 1
+        return fn(*args, **kwargs)
+    kernel.__name__ = f"detcoll_{name.replace('.', '_')}"
+    return kernel
+
+
+def patch(devices=("cuda",), ops=None):  # noqa: A002 (the ops it patches)
+    """Registers detcoll's deterministic kernels in place of torch's for `devices` ("cuda", the
+    default: where torch's accumulate with atomicAdd; "cpu" too, for tests) and `ops` (names of
+    PATCHABLE; None: all). Returns the list of "aten::<op> on <device>" replaced. A second
+    patch() without an unpatch() between refuses."""
+    devices = tuple(devices)
+    bad = [d for d in devices if d not in _DISPATCH_KEYS]
+    if bad or not devices:
+        raise detcoll.InvalidArgumentError(
+            f"detcoll.torch.patch: devices must be among {', '.join(_DISPATCH_KEYS)}, got "
+            f"{devices!r}")
+    names = _checked_ops(list(PATCHABLE) if ops is None else list(ops))
+    with _lock:
+        if _state["library"] is not None:
+            raise detcoll.InvalidArgumentError(
+                "detcoll.torch.patch: already patched (" + ", ".join(_state["replaced"]) +
+                "); call detcoll.torch.unpatch() first")
+        library = torch.library.Library("aten", "IMPL")
+        calls = {}
+        replaced = []
+        try:
+            with warnings.catch_warnings():
+                # Replacing a registered kernel is the point; torch warns that it happens.
+                warnings.filterwarnings("ignore", message=".*Overriding a previously registered")
+                for device in devices:
+                    for name in names:
+                        library.impl(name, _counted(name, PATCHABLE[name][1], calls),
+                                     _DISPATCH_KEYS[device])
+                        replaced.append(f"aten::{name} on {device}")
+        except Exception:
+            _destroy(library)
+            raise
+        _state.update(library=library, replaced=replaced, calls=calls)
+        return list(replaced)
+
+
+def _destroy(library):
+    destroy = getattr(library, "_destroy", None)
+    if destroy is not None:
+        destroy()  # torch 2: registrations go now, not when the object is collected
+    else:
+        del library  # torch 1.13: the object's __del__ removes them
+
+
+def unpatch():
+    """Gives torch its own kernels back. Returns what was replaced (empty if nothing was)."""
+    with _lock:
+        library, replaced = _state["library"], _state["replaced"]
+        _state.update(library=None, replaced=[])
+    if library is not None:
+        _destroy(library)
+    return list(replaced)
+
+
+@contextlib.contextmanager
+def patched(devices=("cuda",), ops=None):  # noqa: A002
+    """patch() for the scope of a with statement; yields what was replaced."""
+    replaced = patch(devices, ops)
+    try:
+        yield replaced
+    finally:
+        unpatch()
+
+
+def patch_state():
+    """What is patched now, and how many times each kernel ran since the last patch()."""
+    with _lock:
+        return {"replaced": list(_state["replaced"]), "calls": dict(_state["calls"])}

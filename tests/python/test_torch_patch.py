@@ -1,0 +1,199 @@
+"""detcoll.torch.patch() on CPU (CUDA, where it patches by default, is in test_torch_devices.py):
+an unchanged model's forward and backward run detcoll's kernels in place of torch's, with their
+bits and a call each; unpatch() gives torch's back; a torch whose schema differs, an unknown op,
+an unknown device and a second patch are refused with nothing registered."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import detcoll
+import detcoll.torch as dt
+from detcoll.torch import _patch as patch_module
+from detcoll.torch import ops
+
+
+@pytest.fixture(autouse=True)
+def no_patch_left():
+    dt.unpatch()
+    yield
+    dt.unpatch()
+
+
+def wide(generator, *shape, dtype=torch.float32):
+    """Non-integer values over a wide range of magnitudes and both signs."""
+    sign = torch.randint(0, 2, shape, generator=generator).to(dtype) * 2 - 1
+    exponent = torch.randint(-20, 21, shape, generator=generator).to(dtype)
+    mantissa = torch.rand(shape, generator=generator, dtype=dtype) + 0.5
+    return sign * mantissa * torch.pow(torch.tensor(2.0, dtype=dtype), exponent)
+
+
+class Model(torch.nn.Module):
+    """Embedding, max pooling, bilinear upsampling, index_select and gather: layers whose backward
+    torch computes with the patched operators; the model knows nothing of detcoll."""
+
+    def __init__(self, generator):
+        super().__init__()
+        self.table = torch.nn.Parameter(wide(generator, 12, 4))
+        self.rows = torch.nn.Parameter(wide(generator, 9, 4))
+
+    def forward(self, ids, picks, images, positions):
+        e = F.embedding(ids, self.table)                              # [n, 4]
+        r = self.rows.index_select(0, picks)                          # [m, 4]
+        p = F.max_pool2d(images[0], 3, 2, 1)                          # [1, 2, 4, 4]
+        u = F.interpolate(images[1], scale_factor=2, mode="bilinear", align_corners=False)
+        g = images[2].reshape(2, -1).gather(1, positions)             # [2, k]
+        return e, r, p, u, g
+
+
+def run(generator_seed):
+    """One forward and backward of Model, with upstream gradients of wide random values: the
+    inputs' gradients and what each layer's backward received."""
+    gen = torch.Generator().manual_seed(generator_seed)
+    model = Model(gen)
+    ids = torch.randint(0, 12, (300,), generator=gen)  # heavy duplication: 300 into 12 rows
+    picks = torch.randint(0, 9, (200,), generator=gen)
+    # One image per layer: each gradient is one backward's, not a sum in autograd's order.
+    images = [wide(gen, 1, 2, 8, 8).requires_grad_() for _ in range(3)]
+    positions = torch.randint(0, 64, (2, 90), generator=gen)
+    outputs = model(ids, picks, images, positions)
+    ups = [wide(gen, *o.shape) for o in outputs]
+    torch.autograd.backward(outputs, ups)
+    inputs = dict(ids=ids, picks=picks, image=images[0].detach(), positions=positions)
+    grads = dict(table=model.table.grad, rows=model.rows.grad, pool=images[0].grad,
+                 up=images[1].grad, gather=images[2].grad)
+    return inputs, ups, grads
+
+
+def reference(inputs, ups):
+    """The same gradients from detcoll.torch.ops called directly, with the arguments aten's
+    backward formulas pass."""
+    e_up, r_up, p_up, u_up, g_up = ups
+    table = ops.embedding_dense_backward(e_up, inputs["ids"], 12, -1, False)
+    rows = ops.index_add_(torch.zeros(9, 4), 0, inputs["picks"], r_up)
+    image = inputs["image"]
+    _, indices = F.max_pool2d(image, 3, 2, 1, return_indices=True)
+    from_pool = ops.max_pool2d_with_indices_backward(p_up, image, [3, 3], [2, 2], [1, 1],
+                                                     [1, 1], False, indices)
+    from_up = ops.upsample_bilinear2d_backward(u_up, [16, 16], [1, 2, 8, 8], False, 2.0, 2.0)
+    from_gather = ops.scatter_add_(torch.zeros(2, 64), 1, inputs["positions"], g_up)
+    return dict(table=table, rows=rows, pool=from_pool, up=from_up,
+                gather=from_gather.reshape(1, 2, 8, 8))
+
+
+def bits(t):
+    return t.contiguous().view(torch.int32 if t.dtype == torch.float32 else torch.int64)
+
+
+def test_an_unchanged_model_runs_detcolls_kernels_with_their_bits():
+    replaced = dt.patch(devices=("cpu",))
+    assert set(replaced) == {f"aten::{name} on cpu" for name in patch_module.PATCHABLE}
+    inputs, ups, grads = run(5)
+    calls = dt.patch_state()["calls"]
+    for name in ("embedding_dense_backward", "index_add_", "max_pool2d_with_indices_backward",
+                 "upsample_bilinear2d_backward.vec", "scatter_add_"):
+        assert calls.get(name, 0) >= 1, (name, calls)
+    dt.unpatch()
+    expected = reference(inputs, ups)
+    for name in grads:
+        assert torch.equal(bits(grads[name]), bits(expected[name])), name
+
+
+def test_unpatch_gives_torch_its_kernels_back():
+    _, _, before = run(7)
+    dt.patch(devices=("cpu",))
+    _, _, during = run(7)
+    calls = dict(dt.patch_state()["calls"])
+    assert sum(calls.values()) >= 5
+    assert dt.unpatch() != []
+    assert dt.patch_state()["replaced"] == []
+    _, _, after = run(7)
+    assert dt.patch_state()["calls"] == calls  # kept for reading, and no kernel of ours ran
+    for name in before:
+        assert torch.equal(bits(after[name]), bits(before[name])), name
+    # detcoll's order differs from torch's somewhere in this model: the patch changed bits.
+    assert any(not torch.equal(bits(during[n]), bits(before[n])) for n in before)
+
+
+def test_the_forward_ops_and_their_in_place_forms():
+    gen = torch.Generator().manual_seed(11)
+    base, src = wide(gen, 6, 3), wide(gen, 400, 3)
+    index = torch.randint(0, 6, (400, 3), generator=gen)
+    rows = index[:, 0].contiguous()
+    weights = wide(gen, 400)
+    expected = {
+        "scatter_add": ops.scatter_add(base, 0, index, src),
+        "index_add": ops.index_add(base, 0, rows, src, alpha=3),
+        "bincount": ops.bincount(rows, weights, minlength=9),
+    }
+    with dt.patched(devices=("cpu",)) as replaced:
+        assert "aten::scatter_add_ on cpu" in replaced
+        got = {
+            "scatter_add": torch.scatter_add(base, 0, index, src),
+            "index_add": torch.index_add(base, 0, rows, src, alpha=3),
+            "bincount": torch.bincount(rows, weights, minlength=9),
+        }
+        in_place = base.clone().scatter_add_(0, index, src)
+        in_place_rows = base.clone().index_add_(0, rows, src, alpha=3)
+        counts = torch.bincount(rows)
+        small = torch.rand(400, generator=gen) - 0.5  # within float16's range
+        half = torch.bincount(rows, small.half())
+        calls = dt.patch_state()["calls"]
+    assert dt.patch_state()["replaced"] == []
+    for name, value in got.items():
+        assert torch.equal(bits(value), bits(expected[name])), name
+        assert calls[name] >= 1
+    assert torch.equal(bits(in_place), bits(expected["scatter_add"]))
+    assert torch.equal(bits(in_place_rows), bits(expected["index_add"]))
+    assert counts.dtype == torch.int64 and counts.tolist() == torch.bincount(rows).tolist()
+    # torch's result type: float16 weights count in float64.
+    assert half.dtype == torch.float64
+    assert torch.equal(half, ops.bincount(rows, small.half().double()))
+
+
+def test_composes_with_use_deterministic_algorithms():
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with dt.patched(devices=("cpu",)):
+            _, _, grads = run(3)
+            calls = dt.patch_state()["calls"]
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert calls["embedding_dense_backward"] >= 1
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+def test_refusals_name_the_problem_and_register_nothing(monkeypatch):
+    with pytest.raises(detcoll.InvalidArgumentError, match="no deterministic kernel for nll_loss"):
+        dt.patch(devices=("cpu",), ops=["nll_loss"])
+    with pytest.raises(detcoll.InvalidArgumentError, match="devices must be among cuda, cpu"):
+        dt.patch(devices=("xla",))
+    with pytest.raises(detcoll.InvalidArgumentError, match="devices must be among"):
+        dt.patch(devices=())
+    schema, kernel = patch_module.PATCHABLE["bincount"]
+    monkeypatch.setitem(patch_module.PATCHABLE, "bincount",
+                        (schema.replace("int minlength=0", "int minlength=0, bool sorted"),
+                         kernel))
+    with pytest.raises(detcoll.InvalidArgumentError,
+                       match=r"declares aten::bincount\(Tensor self, Tensor\? weights=None, int "
+                             r"minlength=0\) -> Tensor, but detcoll's kernel was written for "
+                             r".*bool sorted.*nothing was patched"):
+        dt.patch(devices=("cpu",))
+    assert dt.patch_state()["replaced"] == []
+    monkeypatch.undo()
+    x = torch.tensor([0, 2, 2])
+    assert torch.bincount(x).tolist() == [1, 0, 2]
+    dt.patch(devices=("cpu",), ops=["bincount"])
+    with pytest.raises(detcoll.InvalidArgumentError, match="already patched .aten::bincount on "
+                                                           "cpu.; call detcoll.torch.unpatch"):
+        dt.patch(devices=("cpu",))
+    assert dt.patch_state()["replaced"] == ["aten::bincount on cpu"]
+    assert dt.unpatch() == ["aten::bincount on cpu"]
+    assert dt.unpatch() == []
+
+
+def test_a_bad_argument_is_refused_by_detcolls_kernel_by_name():
+    with dt.patched(devices=("cpu",), ops=["scatter_add"]):
+        with pytest.raises(detcoll.InvalidArgumentError, match="scatter_add"):
+            torch.scatter_add(torch.zeros(3), 0, torch.tensor([0, 7]), torch.ones(2))
