@@ -80,6 +80,13 @@ def test_the_patch_state_is_reported():
     assert during["value"] == "aten::bincount on cpu, aten::index_add_ on cpu"
     # Patched for the CPU alone leaves the CUDA kernels torch's.
     assert during["status"] == before["status"]
+    with dt.patched(ops=["bincount"]):  # CUDA, one op of them
+        one_op = one(local(), "detcoll.torch.patch_state()")
+    with dt.patched():  # CUDA, every op (registering for CUDA needs no device)
+        every_op = one(local(), "detcoll.torch.patch_state()")
+    assert one_op["status"] == before["status"]
+    assert "bincount" not in one_op["why"] and "index_add_" in one_op["why"]
+    assert every_op["status"] == "ok"
 
 
 def test_horovod_fusion_threshold_zero_in_native_mode_is_the_workaround_that_drifts(monkeypatch):

@@ -197,3 +197,94 @@ def test_a_bad_argument_is_refused_by_detcolls_kernel_by_name():
     with dt.patched(devices=("cpu",), ops=["scatter_add"]):
         with pytest.raises(detcoll.InvalidArgumentError, match="scatter_add"):
             torch.scatter_add(torch.zeros(3), 0, torch.tensor([0, 7]), torch.ones(2))
+
+
+def test_what_torch_accepts_beyond_detcolls_own_types_gives_torchs_results():
+    gen = torch.Generator().manual_seed(13)
+    ids32 = torch.randint(0, 12, (300,), generator=gen, dtype=torch.int32)
+    table = wide(gen, 12, 4)
+    up = wide(gen, 300, 4)
+    narrow = {dtype: torch.randint(0, 5, (6, 3), generator=gen).to(dtype)
+              for dtype in (torch.int8, torch.uint8, torch.int16, torch.bool)}
+    index = torch.randint(0, 6, (40, 3), generator=gen)
+    rows = index[:, 0].contiguous()
+    sources = {dtype: torch.randint(0, 3, (40, 3), generator=gen).to(dtype) for dtype in narrow}
+
+    def calls_of_torch():
+        t = table.clone().requires_grad_()
+        F.embedding(ids32, t).backward(up)  # int32 indices
+        picked = table.clone().requires_grad_()
+        picked.index_select(0, ids32).backward(up)
+        out = {"embedding": t.grad, "index_select": picked.grad,
+               "bincount": torch.bincount(ids32.to(torch.uint8), minlength=3),
+               "empty": torch.bincount(torch.tensor([], dtype=torch.int64), torch.tensor([]), 4),
+               "scalar": torch.index_add(torch.tensor(1.5), 0, torch.tensor([0]),
+                                         torch.tensor(2.25))}
+        for dtype, base in narrow.items():
+            out[f"scatter {dtype}"] = torch.scatter_add(base, 0, index, sources[dtype])
+            out[f"index {dtype}"] = base.clone().index_add_(0, rows, sources[dtype])
+        return out
+
+    theirs = calls_of_torch()
+    with dt.patched(devices=("cpu",)):
+        ours = calls_of_torch()
+        calls = dt.patch_state()["calls"]
+    for name in ("embedding_dense_backward", "index_add_", "bincount", "index_add",
+                 "scatter_add"):
+        assert calls.get(name, 0) >= 1, (name, calls)
+    for name, value in theirs.items():
+        assert ours[name].dtype == value.dtype and ours[name].shape == value.shape, name
+        # Integer and bool results are exact; the float ones here add in torch's order too.
+        assert torch.equal(ours[name], value), name
+
+
+def test_the_out_forms_run_detcolls_kernel():
+    gen = torch.Generator().manual_seed(17)
+    base, src = wide(gen, 6, 3), wide(gen, 50, 3)
+    index = torch.randint(0, 6, (50, 3), generator=gen)
+    expected = ops.scatter_add(base, 0, index, src)
+    expected_rows = ops.index_add(base, 0, index[:, 0].contiguous(), src, alpha=0.5)
+    out, out_rows = torch.empty(0), torch.empty(2, 2)
+    with dt.patched(devices=("cpu",)):
+        torch.scatter_add(base, 0, index, src, out=out)
+        torch.index_add(base, 0, index[:, 0].contiguous(), src, alpha=0.5, out=out_rows)
+        calls = dt.patch_state()["calls"]
+    assert calls["scatter_add.out"] == 1 and calls["index_add.out"] == 1
+    assert torch.equal(bits(out), bits(expected))
+    assert torch.equal(bits(out_rows), bits(expected_rows))
+
+
+def test_refused_like_torch_or_by_name():
+    with dt.patched(devices=("cpu",)):
+        y = torch.arange(6.0)
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            y.index_add_(0, torch.tensor([1, 2, 3]), y[:3])
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            y.scatter_add_(0, torch.tensor([1, 2]), y[2:4])
+        with pytest.raises(detcoll.InvalidArgumentError,
+                           match="index_add_ of torch.complex64 has no deterministic kernel"):
+            torch.zeros(3, dtype=torch.complex64).index_add_(
+                0, torch.tensor([0]), torch.ones(1, dtype=torch.complex64))
+        with pytest.raises(detcoll.InvalidArgumentError, match="exactly one of output_size"):
+            torch.ops.aten.upsample_bilinear2d_backward.vec(
+                torch.ones(1, 1, 4, 4), [4, 4], [1, 1, 2, 2], False, [2.0, 2.0])
+    assert torch.equal(y, torch.arange(6.0))
+
+
+def test_a_patch_that_fails_partway_leaves_torchs_kernels(monkeypatch):
+    other = torch.library.Library("aten", "IMPL")  # another Python override of scatter_add
+    with pytest.warns(UserWarning):
+        other.impl("scatter_add", lambda self, dim, index, src: self.clone(), "CPU")
+    try:
+        with pytest.raises(RuntimeError, match="already a kernel registered from python") as info:
+            dt.patch(devices=("cpu",))
+        # The failure's traceback still holds patch()'s frame: the kernels it registered before
+        # scatter_add are gone all the same.
+        assert info.value is not None
+        assert dt.patch_state()["replaced"] == []
+        assert torch.bincount(torch.tensor([0, 2, 2])).tolist() == [1, 0, 2]
+        assert "bincount" not in dt.patch_state()["calls"]
+    finally:
+        del other
+    assert dt.patch(devices=("cpu",), ops="bincount") == ["aten::bincount on cpu"]
+    assert dt.unpatch() == ["aten::bincount on cpu"]

@@ -181,12 +181,12 @@ def check_torch_determinism(ctx):
              "torch.backends.cudnn.deterministic = True"))):
         yield finding(source, setting, value, OK if value == good else bad, why, fix)
     replaced = hvd.patch_state()["replaced"]
-    on_cuda = any(r.endswith(" on cuda") for r in replaced)
+    unpatched = [name for name in PATCHABLE if f"aten::{name} on cuda" not in replaced]
     yield finding("detcoll-patch", "detcoll.torch.patch_state()",
                   ", ".join(replaced) if replaced else "not patched",
-                  OK if on_cuda else cuda_risk, "unpatched, torch's CUDA kernels of these ops "
-                  "accumulate with atomicAdd (and raise under use_deterministic_algorithms): "
-                  + ", ".join(PATCHABLE), "detcoll.torch.patch() before the model runs")
+                  OK if not unpatched else cuda_risk, "unpatched, torch's CUDA kernels of these "
+                  "ops accumulate with atomicAdd (and raise under use_deterministic_algorithms): "
+                  + ", ".join(unpatched), "detcoll.torch.patch() before the model runs")
     ws = env("CUBLAS_WORKSPACE_CONFIG")
     yield finding("cublas-workspace", "CUBLAS_WORKSPACE_CONFIG", ws,
                   OK if ws in (":4096:8", ":16:8") else cuda_risk, "without a fixed workspace "

@@ -32,7 +32,55 @@ from detcoll.torch import ops as _ops
 __all__ = ["patch", "unpatch", "patched", "patch_state", "PATCHABLE"]
 
 
+# What detcoll's kernels take (detcoll.torch.ops): int64 indices, and values of float32, float64,
+# float16, bfloat16, int32 and int64. The wrappers below bring what else torch accepts to that
+# form where nothing is lost, and refuse the rest by name.
+_NARROW_INTEGERS = (torch.int8, torch.uint8, torch.int16, torch.bool)
+
+
+def _index(t):
+    """Integer indices of any width as int64: the same values."""
+    return t if t.dtype == torch.int64 or t.is_floating_point() else t.long()
+
+
+def _widened(op, *tensors):
+    """The tensors, with 8- and 16-bit integers and bool widened to int64 (integer sums do not
+    depend on their order, and a bool sum read back as bool is their OR, as torch adds bools);
+    complex refused by name."""
+    for t in tensors:
+        if t.is_complex():
+            raise detcoll.InvalidArgumentError(
+                f"detcoll.torch.patch: {op} of {t.dtype} has no deterministic kernel here; "
+                "leave it out of patch(ops=...) or unpatch()")
+    return [t.long() if t.dtype in _NARROW_INTEGERS else t for t in tensors]
+
+
+def _no_overlap(op, self, *others):
+    """An in-place op whose other inputs share memory with `self` is refused, as torch refuses it:
+    the result would depend on the order of the writes."""
+    def span(t):
+        if t.numel() == 0:
+            return None
+        lo = hi = t.data_ptr()
+        for size, stride in zip(t.shape, t.stride()):
+            extent = (size - 1) * stride * t.element_size()
+            lo, hi = (lo + extent, hi) if extent < 0 else (lo, hi + extent)
+        return lo, hi + t.element_size()
+
+    mine = span(self)
+    for other in others:
+        theirs = span(other)
+        if mine and theirs and mine[0] < theirs[1] and theirs[0] < mine[1]:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: some elements of the input tensor and the written-to tensor refer to a "
+                "single memory location")
+
+
 def _bincount(self, weights=None, minlength=0):
+    self = _index(self)
+    if self.numel() == 0:
+        # torch's result for an empty input, weights or not: minlength int64 zeros.
+        return torch.zeros(int(minlength), dtype=torch.int64, device=self.device)
     # torch's result type: the weights' when they are float32 or float64, float64 for any other
     # weights, int64 without.
     if weights is not None and weights.dtype not in (torch.float32, torch.float64):
@@ -41,8 +89,8 @@ def _bincount(self, weights=None, minlength=0):
 
 
 def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    return _ops.embedding_dense_backward(grad_output, indices, int(num_weights), int(padding_idx),
-                                        bool(scale_grad_by_freq))
+    return _ops.embedding_dense_backward(grad_output, _index(indices), int(num_weights),
+                                         int(padding_idx), bool(scale_grad_by_freq))
 
 
 def _upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners,
@@ -54,6 +102,9 @@ def _upsample_bilinear2d_backward(grad_output, output_size, input_size, align_co
 
 def _upsample_bilinear2d_backward_vec(grad_output, output_size, input_size, align_corners,
                                       scale_factors):
+    if (output_size is None) == (scale_factors is None):
+        raise detcoll.InvalidArgumentError(
+            "upsample_bilinear2d_backward: give exactly one of output_size and scale_factors")
     if output_size is None:
         # The forward's output size from the scale factors, as torch computes it.
         output_size = [int(float(input_size[2 + i]) * scale_factors[i]) for i in range(2)]
@@ -68,20 +119,57 @@ def _max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pa
                                                      padding, dilation, ceil_mode, indices)
 
 
+def _scatter_add_into(self, dim, index, src):
+    """scatter_add's result for self, as a new tensor of self's dtype."""
+    wide_self, wide_src = _widened("scatter_add", self, src)
+    out = _ops.scatter_add(wide_self, dim, index, wide_src)
+    return out if out.dtype == self.dtype else out.to(self.dtype)
+
+
 def _scatter_add(self, dim, index, src):
-    return _ops.scatter_add(self, dim, index, src)
+    return _scatter_add_into(self, dim, index, src)
 
 
 def _scatter_add_(self, dim, index, src):
+    _widened("scatter_add_", self, src)  # refuses complex
+    _no_overlap("scatter_add_", self, index, src)
+    if self.dtype in _NARROW_INTEGERS:
+        return self.copy_(_scatter_add_into(self, dim, index, src))
     return _ops.scatter_add_(self, dim, index, src)
 
 
+def _scatter_add_out(self, dim, index, src, *, out):
+    result = _scatter_add_into(self, dim, index, src)
+    return out.resize_(result.shape).copy_(result)
+
+
+def _index_add_into(self, dim, index, source, alpha):
+    """index_add's result for self, as a new tensor of self's dtype (0-d tensors as 1-D)."""
+    wide_self, wide_source = _widened("index_add", self, source)
+    scalar = self.dim() == 0
+    if scalar:
+        wide_self, wide_source = wide_self.reshape(1), wide_source.reshape(1)
+    out = _ops.index_add(wide_self, dim, _index(index), wide_source, alpha=alpha)
+    if scalar:
+        out = out.reshape(())
+    return out if out.dtype == self.dtype else out.to(self.dtype)
+
+
 def _index_add(self, dim, index, source, *, alpha=1):
-    return _ops.index_add(self, dim, index, source, alpha=alpha)
+    return _index_add_into(self, dim, index, source, alpha)
 
 
 def _index_add_(self, dim, index, source, *, alpha=1):
-    return _ops.index_add_(self, dim, index, source, alpha=alpha)
+    _widened("index_add_", self, source)  # refuses complex
+    _no_overlap("index_add_", self, index, source)
+    if self.dtype in _NARROW_INTEGERS or self.dim() == 0:
+        return self.copy_(_index_add_into(self, dim, index, source, alpha))
+    return _ops.index_add_(self, dim, _index(index), source, alpha=alpha)
+
+
+def _index_add_out(self, dim, index, source, *, alpha=1, out):
+    result = _index_add_into(self, dim, index, source, alpha)
+    return out.resize_(result.shape).copy_(result)
 
 
 # aten's operator (name.overload), the schema it was written for, and detcoll's kernel with that
@@ -123,6 +211,14 @@ PATCHABLE = {
         "aten::index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, "
         "Scalar alpha=1) -> Tensor(a!)",
         _index_add_),
+    "scatter_add.out": (
+        "aten::scatter_add.out(Tensor self, int dim, Tensor index, Tensor src, *, "
+        "Tensor(a!) out) -> Tensor(a!)",
+        _scatter_add_out),
+    "index_add.out": (
+        "aten::index_add.out(Tensor self, int dim, Tensor index, Tensor source, *, "
+        "Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
+        _index_add_out),
 }
 
 _DISPATCH_KEYS = {"cuda": "CUDA", "cpu": "CPU"}
@@ -175,13 +271,15 @@ def patch(devices=("cuda",), ops=None):  # noqa: A002 (the ops it patches)
     default: where torch's accumulate with atomicAdd; "cpu" too, for tests) and `ops` (names of
     PATCHABLE; None: all). Returns the list of "aten::<op> on <device>" replaced. A second
     patch() without an unpatch() between refuses."""
-    devices = tuple(devices)
+    devices = (devices,) if isinstance(devices, str) else tuple(dict.fromkeys(devices))
     bad = [d for d in devices if d not in _DISPATCH_KEYS]
     if bad or not devices:
         raise detcoll.InvalidArgumentError(
             f"detcoll.torch.patch: devices must be among {', '.join(_DISPATCH_KEYS)}, got "
             f"{devices!r}")
-    names = _checked_ops(list(PATCHABLE) if ops is None else list(ops))
+    if ops is None:
+        ops = list(PATCHABLE)
+    names = _checked_ops(list(dict.fromkeys([ops] if isinstance(ops, str) else ops)))
     with _lock:
         if _state["library"] is not None:
             raise detcoll.InvalidArgumentError(
@@ -207,11 +305,19 @@ def patch(devices=("cuda",), ops=None):  # noqa: A002 (the ops it patches)
 
 
 def _destroy(library):
+    """Removes the library's registrations now, whoever still holds the object (a traceback of a
+    failed patch() does)."""
     destroy = getattr(library, "_destroy", None)
     if destroy is not None:
-        destroy()  # torch 2: registrations go now, not when the object is collected
-    else:
-        del library  # torch 1.13: the object's __del__ removes them
+        destroy()  # torch 2
+        return
+    # torch 1.13: the registrations live as long as the C++ library object `m`; the names of
+    # what Python registered, in torch.library._impls, as long as the Library.
+    for key in getattr(library, "_op_impls", ()):
+        torch.library._impls.discard(key)
+    library._op_impls = set()
+    if hasattr(library, "m"):
+        del library.m
 
 
 def unpatch():
