@@ -101,6 +101,13 @@ def main():
                   input_grad(ops.max_pool2d, pooled, 3, stride=2, padding=1),
                   input_grad(F.max_pool2d, pooled, 3, stride=2, padding=1)))
 
+    logp = wide(n // 10 * 10, g).reshape(-1, 10)
+    classes = torch.randint(0, 10, (logp.shape[0],), generator=g)
+    class_weight = wide(10, g).abs()
+    cases.append((f"nll_loss(mean, weights), {logp.shape[0]:.0e} x 10",
+                  lambda: ops.nll_loss(logp, classes, class_weight),
+                  lambda: F.nll_loss(logp, classes, class_weight)))
+
     print(f"# detcoll.torch.ops vs PyTorch {torch.__version__} CPU, {args.threads} thread(s), "
           f"best of {args.repeats}, float32")
     print(f"{'op':<48} {'detcoll (ms)':>12} {'torch (ms)':>11} {'ratio':>7} {'#wrong':>7}")

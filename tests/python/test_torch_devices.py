@@ -232,6 +232,9 @@ def test_ops_on_cuda_tensors_have_the_cpu_bits():
         lambda d: ops.sum(src.to(d), dim=0),
         lambda d: ops.bias_add_grad(wide("ops.bias", (4, 16, 5, 5)).to(d), "NCHW"),
         lambda d: ops.embedding_dense_backward(src.to(d), index[:, 0].to(d), 50, -1, False),
+        lambda d: ops.nll_loss(src.to(d), index[:, 0].to(d) % 8, src[:8, 1].abs().to(d)),
+        lambda d: ops.nll_loss(src.to(d), index[:, 0].to(d) % 8, reduction="sum"),
+        lambda d: ops.nll_loss(src.to(d), index[:, 0].to(d) % 8, reduction="none"),
     ]
     for i, f in enumerate(pairs):
         cpu, dev = f("cpu"), f("cuda")
@@ -277,7 +280,8 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
         return [t.grad, a.grad, b.grad,
                 base.to(d).index_add_(0, rows.to(d), src.to(d)),
                 torch.scatter_add(base.to(d), 0, rows.to(d)[:, None].expand(-1, 8), src.to(d)),
-                torch.bincount(rows.to(d), src[:, 0].to(d), minlength=45)]
+                torch.bincount(rows.to(d), src[:, 0].to(d), minlength=45),
+                torch.nn.functional.nll_loss(src.to(d), rows.to(d) % 8, base[0].abs().to(d))]
 
     previous = torch.are_deterministic_algorithms_enabled()
     with hvd.patched() as replaced:
@@ -291,7 +295,7 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
     with hvd.patched(devices=("cpu",)):
         on_host = step("cpu")
     for name in ("embedding_dense_backward", "max_pool2d_with_indices_backward", "index_add_",
-                 "scatter_add", "bincount"):
+                 "scatter_add", "bincount", "nll_loss_forward"):
         assert calls.get(name, 0) >= 1, (name, calls)
     assert calls.get("upsample_bilinear2d_backward", 0) + calls.get(
         "upsample_bilinear2d_backward.vec", 0) >= 1

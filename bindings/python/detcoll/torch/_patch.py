@@ -26,7 +26,7 @@ import warnings
 import torch
 
 import detcoll
-from detcoll.torch import _gathers
+from detcoll.torch import _gathers, _losses
 from detcoll.torch import ops as _ops
 
 __all__ = ["patch", "unpatch", "patched", "patch_state", "PATCHABLE"]
@@ -172,6 +172,10 @@ def _index_add_out(self, dim, index, source, *, alpha=1, out):
     return out.resize_(result.shape).copy_(result)
 
 
+def _nll_loss_forward(self, target, weight, reduction, ignore_index):
+    return _losses.nll_loss_forward(self, target, weight, int(reduction), int(ignore_index))
+
+
 # aten's operator (name.overload), the schema it was written for, and detcoll's kernel with that
 # schema's arguments. Schemas are compared with SymInt read as int (torch 2 made some sizes
 # symbolic; the values a kernel receives are the same integers).
@@ -211,6 +215,14 @@ PATCHABLE = {
         "aten::index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, "
         "Scalar alpha=1) -> Tensor(a!)",
         _index_add_),
+    "nll_loss_forward": (
+        "aten::nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, "
+        "int ignore_index) -> (Tensor output, Tensor total_weight)",
+        _nll_loss_forward),
+    "nll_loss2d_forward": (
+        "aten::nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, "
+        "int ignore_index) -> (Tensor output, Tensor total_weight)",
+        _nll_loss_forward),
     "scatter_add.out": (
         "aten::scatter_add.out(Tensor self, int dim, Tensor index, Tensor src, *, "
         "Tensor(a!) out) -> Tensor(a!)",

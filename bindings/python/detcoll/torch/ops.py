@@ -24,7 +24,7 @@ __all__ = [
     "unsorted_segment_sum", "unsorted_segment_mean", "embedding", "embedding_bag",
     "embedding_dense_backward", "embedding_bag_backward", "bincount", "sum", "bias_add_grad",
     "interpolate", "upsample_bilinear2d_backward", "max_pool2d", "max_pool2d_with_indices",
-    "max_pool2d_with_indices_backward",
+    "max_pool2d_with_indices_backward", "nll_loss",
 ]
 
 
@@ -306,3 +306,6 @@ def bias_add_grad(grad, data_format="NHWC"):
 from detcoll.torch._gathers import (  # noqa: E402  (after the helpers they share)
     interpolate, max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward,
     upsample_bilinear2d_backward)
+
+# The loss with a fixed summation order lives in _losses.py.
+from detcoll.torch._losses import nll_loss  # noqa: E402,F401

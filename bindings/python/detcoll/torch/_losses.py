@@ -1,0 +1,79 @@
+"""The negative log-likelihood loss with a fixed summation order (detcoll.torch.ops.nll_loss).
+
+torch's CUDA kernels reduce the per-sample losses and the total weight with atomicAdd. Here each
+sample's loss is one IEEE operation per step, as torch forms it (-x[i, y_i] * w[y_i], 0 where the
+target is ignored), and the sums are detcoll's fixed tree (ops.sum: chunks of 32 in order, then
+pairwise; README, "Deterministic ops"), on the CPU and on CUDA alike; 'mean' divides the two sums
+once. The bits depend on nothing but the data.
+"""
+
+import torch
+
+import detcoll
+from detcoll.torch._op_args import _values
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def nll_loss_forward(input, target, weight, reduction, ignore_index):  # noqa: A002
+    """aten's nll_loss_forward (and nll_loss2d_forward): (output, total_weight). `input` is
+    [C], [N, C] or [N, C, d1, ...] log-probabilities, `target` the class of each sample ([],
+    [N], [N, d1, ...], int64), `reduction` 0 none, 1 mean, 2 sum."""
+    from detcoll.torch import ops  # ops imports this module
+
+    op = "nll_loss"
+    x = _values(input, op, "input")
+    if not x.is_floating_point():
+        raise detcoll.InvalidArgumentError(f"{op}: input has dtype {x.dtype}; a float type")
+    if not isinstance(target, torch.Tensor) or target.dtype not in (torch.int64, torch.uint8):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: target must be an integer tensor of class indices, got "
+            f"{target.dtype if isinstance(target, torch.Tensor) else type(target)}")
+    if target.device != x.device:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: target is on {target.device}, input on {x.device}")
+    if reduction not in (0, 1, 2):
+        raise detcoll.InvalidArgumentError(f"{op}: reduction {reduction}; 0, 1 or 2")
+    if x.dim() == 0:
+        raise detcoll.InvalidArgumentError(f"{op}: input needs a class dimension")
+    classes = x.shape[0] if x.dim() == 1 else x.shape[1]
+    samples_shape = () if x.dim() == 1 else (x.shape[0],) + tuple(x.shape[2:])
+    if tuple(target.shape) != samples_shape:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: target {tuple(target.shape)} does not fit input {tuple(x.shape)}: expected "
+            f"{samples_shape}")
+    if weight is not None:
+        weight = _values(weight, op, "weight")
+        if weight.dim() != 1 or weight.shape[0] != classes or weight.dtype != x.dtype:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: weight must be a 1-D {x.dtype} tensor of {classes} class weights, got "
+                f"{weight.dtype} {tuple(weight.shape)}")
+    # Samples as rows of classes: [S, C].
+    rows = x.reshape(1, classes) if x.dim() == 1 else x.movedim(1, -1).reshape(-1, classes)
+    t = target.reshape(-1).long()
+    kept = t != ignore_index
+    outside = kept & ((t < 0) | (t >= classes))
+    if bool(outside.any()):
+        at = int(outside.nonzero()[0, 0])
+        raise detcoll.InvalidArgumentError(
+            f"{op}: target[{at}] = {int(t[at])} is out of range for {classes} classes "
+            f"(ignore_index {ignore_index})")
+    safe = torch.where(kept, t, torch.zeros_like(t))
+    picked = rows.gather(1, safe[:, None]).squeeze(1)
+    w = weight[safe] if weight is not None else torch.ones_like(picked)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    losses = torch.where(kept, -picked * w, zero)
+    if reduction == 0:
+        return losses.reshape(samples_shape), zero.clone()
+    total = ops.sum(torch.where(kept, w, zero))
+    summed = ops.sum(losses)
+    return (summed if reduction == 2 else summed / total), total
+
+
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):  # noqa: A002
+    """F.nll_loss(input, target, weight, ignore_index=..., reduction=...), its sums in a fixed
+    order: the same bits on the CPU and on CUDA, run after run."""
+    if reduction not in _REDUCTIONS:
+        raise detcoll.InvalidArgumentError(
+            f"nll_loss: reduction {reduction!r}; 'none', 'mean' or 'sum'")
+    return nll_loss_forward(input, target, weight, _REDUCTIONS[reduction], int(ignore_index))[0]
