@@ -108,6 +108,13 @@ def main():
                   lambda: ops.nll_loss(logp, classes, class_weight),
                   lambda: F.nll_loss(logp, classes, class_weight)))
 
+    tied = torch.randint(0, 50, (n // 100, 100), generator=g).float()
+    cases.append((f"kthvalue(k=30, dim=1), {tied.shape[0]:.0e} x 100, many ties",
+                  lambda: ops.kthvalue(tied, 30, 1).values,
+                  lambda: torch.kthvalue(tied, 30, 1).values))
+    cases.append((f"median(dim=1), {tied.shape[0]:.0e} x 100, many ties",
+                  lambda: ops.median(tied, 1).values, lambda: torch.median(tied, 1).values))
+
     print(f"# detcoll.torch.ops vs PyTorch {torch.__version__} CPU, {args.threads} thread(s), "
           f"best of {args.repeats}, float32")
     print(f"{'op':<48} {'detcoll (ms)':>12} {'torch (ms)':>11} {'ratio':>7} {'#wrong':>7}")

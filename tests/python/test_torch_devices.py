@@ -239,6 +239,12 @@ def test_ops_on_cuda_tensors_have_the_cpu_bits():
     for i, f in enumerate(pairs):
         cpu, dev = f("cpu"), f("cuda")
         assert dev.is_cuda and same(dev, cpu), f"op {i}"
+    ties = (index[:400].float() % 5).reshape(400, 8)  # many equal values in every slice
+    ties[::7, 3] = float("nan")
+    for f in (lambda d: ops.kthvalue(ties.to(d), 3, 1), lambda d: ops.median(ties.to(d), 0),
+              lambda d: ops.median(ties.to(d), 1, keepdim=True)):
+        cpu, dev = f("cpu"), f("cuda")
+        assert same(dev.values, cpu.values) and torch.equal(dev.indices.cpu(), cpu.indices)
     x = wide("pool", (2, 3, 17, 19))
     out_c, idx_c = ops.max_pool2d_with_indices(x, 3, 2, 1)
     out_d, idx_d = ops.max_pool2d_with_indices(x.cuda(), 3, 2, 1)
@@ -281,7 +287,9 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
                 base.to(d).index_add_(0, rows.to(d), src.to(d)),
                 torch.scatter_add(base.to(d), 0, rows.to(d)[:, None].expand(-1, 8), src.to(d)),
                 torch.bincount(rows.to(d), src[:, 0].to(d), minlength=45),
-                torch.nn.functional.nll_loss(src.to(d), rows.to(d) % 8, base[0].abs().to(d))]
+                torch.nn.functional.nll_loss(src.to(d), rows.to(d) % 8, base[0].abs().to(d)),
+                *torch.kthvalue((rows.to(d) % 5).reshape(300, 10), 4, 1),
+                *torch.median((rows.to(d) % 5).reshape(300, 10).float(), 0)]
 
     previous = torch.are_deterministic_algorithms_enabled()
     with hvd.patched() as replaced:
@@ -295,7 +303,7 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
     with hvd.patched(devices=("cpu",)):
         on_host = step("cpu")
     for name in ("embedding_dense_backward", "max_pool2d_with_indices_backward", "index_add_",
-                 "scatter_add", "bincount", "nll_loss_forward"):
+                 "scatter_add", "bincount", "nll_loss_forward", "kthvalue", "median.dim"):
         assert calls.get(name, 0) >= 1, (name, calls)
     assert calls.get("upsample_bilinear2d_backward", 0) + calls.get(
         "upsample_bilinear2d_backward.vec", 0) >= 1

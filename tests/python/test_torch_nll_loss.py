@@ -83,6 +83,19 @@ def test_no_weight_a_single_sample_and_every_target_ignored():
     assert ops.nll_loss(x, target, ignore_index=int(target[0])).isfinite()
 
 
+def test_edges_torch_takes():
+    x = torch.tensor([-0.5, -1.25, -2.0])
+    w = torch.tensor([1.0, 2.0, 3.0])
+    for reduction in (0, 1, 2):  # a lone sample: its weight is the total, unreduced too
+        ours = ops.nll_loss(x, torch.tensor(1), w, reduction=["none", "mean", "sum"][reduction])
+        theirs = torch.ops.aten.nll_loss_forward(x, torch.tensor(1), w, reduction, -100)
+        assert torch.equal(ours, theirs[0])
+        mine = dt._patch.PATCHABLE["nll_loss_forward"][1](x, torch.tensor(1), w, reduction, -100)
+        assert torch.equal(mine[1], theirs[1]), reduction
+    no_classes = torch.zeros(3, 0)
+    assert torch.isnan(ops.nll_loss(no_classes, torch.full((3,), -100)))
+
+
 def test_bad_arguments_are_refused_by_name():
     x, target, weight = case(7, torch.float32)
     bad = target.clone()

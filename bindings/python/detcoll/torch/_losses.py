@@ -1,6 +1,7 @@
 """The negative log-likelihood loss with a fixed summation order (detcoll.torch.ops.nll_loss).
 
-torch's CUDA kernels reduce the per-sample losses and the total weight with atomicAdd. Here each
+torch's CUDA kernel for inputs of three dimensions and more (nll_loss2d) reduces the per-sample
+losses and the total weight with atomicAdd; its [N, C] kernel reduces in one block. Here each
 sample's loss is one IEEE operation per step, as torch forms it (-x[i, y_i] * w[y_i], 0 where the
 target is ignored), and the sums are detcoll's fixed tree (ops.sum: chunks of 32 in order, then
 pairwise; README, "Deterministic ops"), on the CPU and on CUDA alike; 'mean' divides the two sums
@@ -49,7 +50,10 @@ def nll_loss_forward(input, target, weight, reduction, ignore_index):  # noqa: A
                 f"{op}: weight must be a 1-D {x.dtype} tensor of {classes} class weights, got "
                 f"{weight.dtype} {tuple(weight.shape)}")
     # Samples as rows of classes: [S, C].
-    rows = x.reshape(1, classes) if x.dim() == 1 else x.movedim(1, -1).reshape(-1, classes)
+    samples = 1
+    for size in samples_shape:
+        samples *= size
+    rows = x.reshape(1, classes) if x.dim() == 1 else x.movedim(1, -1).reshape(samples, classes)
     t = target.reshape(-1).long()
     kept = t != ignore_index
     outside = kept & ((t < 0) | (t >= classes))
@@ -59,13 +63,19 @@ def nll_loss_forward(input, target, weight, reduction, ignore_index):  # noqa: A
             f"{op}: target[{at}] = {int(t[at])} is out of range for {classes} classes "
             f"(ignore_index {ignore_index})")
     safe = torch.where(kept, t, torch.zeros_like(t))
-    picked = rows.gather(1, safe[:, None]).squeeze(1)
-    w = weight[safe] if weight is not None else torch.ones_like(picked)
+    if classes == 0:  # every target ignored (any other is out of range): nothing to pick
+        picked = torch.zeros(samples, dtype=x.dtype, device=x.device)
+        w = torch.zeros_like(picked)
+    else:
+        picked = rows.gather(1, safe[:, None]).squeeze(1)
+        w = weight[safe] if weight is not None else torch.ones_like(picked)
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     losses = torch.where(kept, -picked * w, zero)
+    weights = torch.where(kept, w, zero)
     if reduction == 0:
-        return losses.reshape(samples_shape), zero.clone()
-    total = ops.sum(torch.where(kept, w, zero))
+        # torch reports a lone sample's weight as the total even unreduced; 0 for a batch.
+        return losses.reshape(samples_shape), weights[0] if x.dim() == 1 else zero.clone()
+    total = ops.sum(weights)
     summed = ops.sum(losses)
     return (summed if reduction == 2 else summed / total), total
 

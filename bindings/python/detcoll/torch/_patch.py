@@ -26,7 +26,7 @@ import warnings
 import torch
 
 import detcoll
-from detcoll.torch import _gathers, _losses
+from detcoll.torch import _gathers, _losses, _selection
 from detcoll.torch import ops as _ops
 
 __all__ = ["patch", "unpatch", "patched", "patch_state", "PATCHABLE"]
@@ -176,6 +176,14 @@ def _nll_loss_forward(self, target, weight, reduction, ignore_index):
     return _losses.nll_loss_forward(self, target, weight, int(reduction), int(ignore_index))
 
 
+def _kthvalue(self, k, dim=-1, keepdim=False):
+    return _selection.kthvalue(self, k, dim, keepdim)
+
+
+def _median_dim(self, dim, keepdim=False):
+    return _selection.median(self, dim, keepdim)
+
+
 # aten's operator (name.overload), the schema it was written for, and detcoll's kernel with that
 # schema's arguments. Schemas are compared with SymInt read as int (torch 2 made some sizes
 # symbolic; the values a kernel receives are the same integers).
@@ -223,6 +231,14 @@ PATCHABLE = {
         "aten::nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, "
         "int ignore_index) -> (Tensor output, Tensor total_weight)",
         _nll_loss_forward),
+    "kthvalue": (
+        "aten::kthvalue(Tensor self, int k, int dim=-1, bool keepdim=False) -> "
+        "(Tensor values, Tensor indices)",
+        _kthvalue),
+    "median.dim": (
+        "aten::median.dim(Tensor self, int dim, bool keepdim=False) -> "
+        "(Tensor values, Tensor indices)",
+        _median_dim),
     "scatter_add.out": (
         "aten::scatter_add.out(Tensor self, int dim, Tensor index, Tensor src, *, "
         "Tensor(a!) out) -> Tensor(a!)",

@@ -24,7 +24,7 @@ __all__ = [
     "unsorted_segment_sum", "unsorted_segment_mean", "embedding", "embedding_bag",
     "embedding_dense_backward", "embedding_bag_backward", "bincount", "sum", "bias_add_grad",
     "interpolate", "upsample_bilinear2d_backward", "max_pool2d", "max_pool2d_with_indices",
-    "max_pool2d_with_indices_backward", "nll_loss",
+    "max_pool2d_with_indices_backward", "nll_loss", "kthvalue", "median",
 ]
 
 
@@ -309,3 +309,6 @@ from detcoll.torch._gathers import (  # noqa: E402  (after the helpers they shar
 
 # The loss with a fixed summation order lives in _losses.py.
 from detcoll.torch._losses import nll_loss  # noqa: E402,F401
+
+# kthvalue and median with indices that do not depend on the kernel live in _selection.py.
+from detcoll.torch._selection import kthvalue, median  # noqa: E402,F401
