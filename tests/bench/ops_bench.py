@@ -108,6 +108,11 @@ def main():
                   lambda: ops.nll_loss(logp, classes, class_weight),
                   lambda: F.nll_loss(logp, classes, class_weight)))
 
+    near = wide(16 * 32 * 112 * 112, g).reshape(16, 32, 112, 112)
+    cases.append(("nearest backward, [16, 32, 56, 56] x2 up",
+                  lambda: ops.upsample_nearest_backward(near, [112, 112], [16, 32, 56, 56]),
+                  lambda: torch.ops.aten.upsample_nearest2d_backward(near, [112, 112],
+                                                                     [16, 32, 56, 56])))
     tied = torch.randint(0, 50, (n // 100, 100), generator=g).float()
     cases.append((f"kthvalue(k=30, dim=1), {tied.shape[0]:.0e} x 100, many ties",
                   lambda: ops.kthvalue(tied, 30, 1).values,

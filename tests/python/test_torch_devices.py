@@ -239,6 +239,9 @@ def test_ops_on_cuda_tensors_have_the_cpu_bits():
     for i, f in enumerate(pairs):
         cpu, dev = f("cpu"), f("cuda")
         assert dev.is_cuda and same(dev, cpu), f"op {i}"
+    g_near = wide("near", (2, 3, 37, 29))
+    assert same(ops.upsample_nearest_backward(g_near.cuda(), [37, 29], [2, 3, 11, 7], (3.3, 4.1)),
+                ops.upsample_nearest_backward(g_near, [37, 29], [2, 3, 11, 7], (3.3, 4.1)))
     ties = (index[:400].float() % 5).reshape(400, 8)  # many equal values in every slice
     ties[::7, 3] = float("nan")
     for f in (lambda d: ops.kthvalue(ties.to(d), 3, 1), lambda d: ops.median(ties.to(d), 0),
@@ -276,14 +279,15 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
 
     def step(d):
         t = table.to(d).requires_grad_()
-        a, b = image.to(d).requires_grad_(), image.to(d).requires_grad_()
+        a, b, c = (image.to(d).requires_grad_() for _ in range(3))
         torch.autograd.backward(
             [torch.nn.functional.embedding(ids.to(d), t),
              torch.nn.functional.max_pool2d(a, 3, 2, 1),
              torch.nn.functional.interpolate(b, size=(34, 38), mode="bilinear",
-                                             align_corners=False)],
-            [up_e.to(d), up_p.to(d), up_u.to(d)])
-        return [t.grad, a.grad, b.grad,
+                                             align_corners=False),
+             torch.nn.functional.interpolate(c, size=(34, 38), mode="nearest")],
+            [up_e.to(d), up_p.to(d), up_u.to(d), up_u.to(d)])
+        return [t.grad, a.grad, b.grad, c.grad,
                 base.to(d).index_add_(0, rows.to(d), src.to(d)),
                 torch.scatter_add(base.to(d), 0, rows.to(d)[:, None].expand(-1, 8), src.to(d)),
                 torch.bincount(rows.to(d), src[:, 0].to(d), minlength=45),
@@ -303,7 +307,8 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
     with hvd.patched(devices=("cpu",)):
         on_host = step("cpu")
     for name in ("embedding_dense_backward", "max_pool2d_with_indices_backward", "index_add_",
-                 "scatter_add", "bincount", "nll_loss_forward", "kthvalue", "median.dim"):
+                 "scatter_add", "bincount", "nll_loss_forward", "kthvalue", "median.dim",
+                 "upsample_nearest2d_backward.vec"):
         assert calls.get(name, 0) >= 1, (name, calls)
     assert calls.get("upsample_bilinear2d_backward", 0) + calls.get(
         "upsample_bilinear2d_backward.vec", 0) >= 1

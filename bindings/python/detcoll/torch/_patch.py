@@ -26,7 +26,7 @@ import warnings
 import torch
 
 import detcoll
-from detcoll.torch import _gathers, _losses, _selection
+from detcoll.torch import _gathers, _losses, _nearest, _selection
 from detcoll.torch import ops as _ops
 
 __all__ = ["patch", "unpatch", "patched", "patch_state", "PATCHABLE"]
@@ -184,6 +184,30 @@ def _median_dim(self, dim, keepdim=False):
     return _selection.median(self, dim, keepdim)
 
 
+def _nearest_backward(grad_output, output_size, input_size, *scales):
+    return _nearest.upsample_nearest_backward(grad_output, output_size, input_size, scales)
+
+
+def _nearest_backward_vec(grad_output, output_size, input_size, scale_factors):
+    return _nearest.upsample_nearest_backward_vec(grad_output, output_size, input_size,
+                                                  scale_factors)
+
+
+def _nearest_entries():
+    """upsample_nearest{1,2,3}d_backward and their .vec overloads."""
+    entries = {}
+    for d, axes in ((1, ("scales",)), (2, ("scales_h", "scales_w")),
+                    (3, ("scales_d", "scales_h", "scales_w"))):
+        name = f"upsample_nearest{d}d_backward"
+        scales = ", ".join(f"float? {a}=None" for a in axes)
+        entries[name] = (f"aten::{name}(Tensor grad_output, int[{d}] output_size, "
+                         f"int[{d + 2}] input_size, {scales}) -> Tensor", _nearest_backward)
+        entries[f"{name}.vec"] = (f"aten::{name}.vec(Tensor grad_output, int[]? output_size, "
+                                  "int[] input_size, float[]? scale_factors) -> Tensor",
+                                  _nearest_backward_vec)
+    return entries
+
+
 # aten's operator (name.overload), the schema it was written for, and detcoll's kernel with that
 # schema's arguments. Schemas are compared with SymInt read as int (torch 2 made some sizes
 # symbolic; the values a kernel receives are the same integers).
@@ -239,6 +263,7 @@ PATCHABLE = {
         "aten::median.dim(Tensor self, int dim, bool keepdim=False) -> "
         "(Tensor values, Tensor indices)",
         _median_dim),
+    **_nearest_entries(),
     "scatter_add.out": (
         "aten::scatter_add.out(Tensor self, int dim, Tensor index, Tensor src, *, "
         "Tensor(a!) out) -> Tensor(a!)",

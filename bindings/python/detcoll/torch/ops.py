@@ -25,6 +25,7 @@ __all__ = [
     "embedding_dense_backward", "embedding_bag_backward", "bincount", "sum", "bias_add_grad",
     "interpolate", "upsample_bilinear2d_backward", "max_pool2d", "max_pool2d_with_indices",
     "max_pool2d_with_indices_backward", "nll_loss", "kthvalue", "median",
+    "upsample_nearest_backward",
 ]
 
 
@@ -312,3 +313,6 @@ from detcoll.torch._losses import nll_loss  # noqa: E402,F401
 
 # kthvalue and median with indices that do not depend on the kernel live in _selection.py.
 from detcoll.torch._selection import kthvalue, median  # noqa: E402,F401
+
+# Nearest-neighbour upsampling's backward (1-D to 3-D) lives in _nearest.py.
+from detcoll.torch._nearest import upsample_nearest_backward  # noqa: E402,F401
