@@ -497,9 +497,17 @@ TEST(FusionFastPathTest, ARankThatJoinsStopsItAndContributesZeros) {
         EXPECT_TRUE(sameBits(out.data(), ref.data(), t.count, t.type)) << "rank " << r;
       }
       if (r == 0) joined = join();
-      // Rank 1 joins last: after rank 0's join was enqueued.
+      // Rank 1 joins last. The barrier orders the enqueues, not the negotiation rounds that see
+      // them: rank 1's engine could announce its join in a round whose rank 0 had not yet taken
+      // its own. So rank 1 first completes one more allreduce, which needs every other rank
+      // seen as joined (their zeros stand in), and joins after it.
       ASSERT_TRUE(ok(collective::barrier(comm)));
-      if (r == 1) joined = join();
+      if (r == 1) {
+        Buffer out = output(t.count * 4);
+        ASSERT_TRUE(ok(waitFor(
+            enqueueOk(engine, allreduce("alone", t.type, t.count, in.data(), out.data())))));
+        joined = join();
+      }
       ASSERT_TRUE(ok(waitFor(joined))) << "rank " << r;
       EXPECT_EQ(last, 1) << "rank " << r << ": the last rank to join";
       EXPECT_GE(engine.stats().fastStops, 1u);
