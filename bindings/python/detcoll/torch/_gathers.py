@@ -5,15 +5,8 @@ import torch
 
 import detcoll
 from detcoll import _detcoll
-from detcoll.torch._op_args import _indices, _same_dtype, _values
+from detcoll.torch._op_args import _floating, _indices, _same_dtype, _values
 from detcoll.torch._tensors import DTYPES
-
-def _floating(tensor, op, what):
-    x = _values(tensor, op, what)
-    if not x.is_floating_point():
-        raise detcoll.InvalidArgumentError(f"{op}: {what} has dtype {x.dtype}; floating point only")
-    return x
-
 
 def _pair(value, op, what):
     if isinstance(value, int):

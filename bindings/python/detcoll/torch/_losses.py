@@ -11,7 +11,7 @@ once. The bits depend on nothing but the data.
 import torch
 
 import detcoll
-from detcoll.torch._op_args import _values
+from detcoll.torch._op_args import _floating, _values
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
@@ -23,9 +23,7 @@ def nll_loss_forward(input, target, weight, reduction, ignore_index):  # noqa: A
     from detcoll.torch import ops  # ops imports this module
 
     op = "nll_loss"
-    x = _values(input, op, "input")
-    if not x.is_floating_point():
-        raise detcoll.InvalidArgumentError(f"{op}: input has dtype {x.dtype}; a float type")
+    x = _floating(input, op, "input")
     if not isinstance(target, torch.Tensor) or target.dtype not in (torch.int64, torch.uint8):
         raise detcoll.InvalidArgumentError(
             f"{op}: target must be an integer tensor of class indices, got "

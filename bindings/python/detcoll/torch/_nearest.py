@@ -12,7 +12,7 @@ import torch
 
 import detcoll
 from detcoll.torch import ops
-from detcoll.torch._op_args import _values
+from detcoll.torch._op_args import _floating
 
 
 def _sources(out, size, scale, device):
@@ -32,9 +32,7 @@ def upsample_nearest_backward(grad_output, output_size, input_size, scales=None)
     """aten's upsample_nearest{1,2,3}d_backward: the input's gradient, input_size [N, C, *in],
     output_size the spatial sizes, scales the forward's scale factors (None: from the sizes)."""
     op = "upsample_nearest_backward"
-    g = _values(grad_output, op, "grad_output")
-    if not g.is_floating_point():
-        raise detcoll.InvalidArgumentError(f"{op}: grad_output has dtype {g.dtype}; a float type")
+    g = _floating(grad_output, op, "grad_output")
     input_size = [int(s) for s in input_size]
     output_size = [int(s) for s in output_size]
     spatial = len(output_size)

@@ -18,6 +18,14 @@ def _values(tensor, op, what):
     return tensor.contiguous()
 
 
+def _floating(tensor, op, what):
+    """_values, of a floating-point dtype."""
+    x = _values(tensor, op, what)
+    if not x.is_floating_point():
+        raise detcoll.InvalidArgumentError(f"{op}: {what} has dtype {x.dtype}; floating point only")
+    return x
+
+
 def _indices(tensor, op, what):
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64:
         raise detcoll.InvalidArgumentError(
