@@ -47,6 +47,13 @@ def timed(step, steps, warmup=3):
     return statistics.median(times) * 1e3
 
 
+def same_bits(outs, refs):
+    """"yes" when every CUDA result has the bits of the same call on CPU tensors, else "NO"."""
+    same = all(torch.equal(o.cpu().view(torch.int32), r.view(torch.int32))
+               for o, r in zip(outs, refs))
+    return "yes" if same else "NO"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="resnet50")
@@ -79,9 +86,7 @@ def main():
         outs = step()
         ref = [hvd.allreduce(t, op=hvd.Sum, name=f"cpu.{mode}.{i}")
                for i, t in enumerate(grads_cpu)]
-        same = all(torch.equal(o.cpu().view(torch.int32), r.view(torch.int32))
-                   for o, r in zip(outs, ref))
-        rows.append((f"detcoll {mode} (fusion engine)", ms, "yes" if same else "NO"))
+        rows.append((f"detcoll {mode} (fusion engine)", ms, same_bits(outs, ref)))
 
     # The same requests on 16-element tensors: what a step costs apart from its bytes (the
     # Python layer, the engine's negotiation, the events), split into the enqueue and the wait.
@@ -104,10 +109,8 @@ def main():
     wait = statistics.median(w for _, w in split[-args.steps:]) * 1e3
     outs = tiny_step()
     ref = [hvd.allreduce(t.cpu(), op=hvd.Sum, name=f"cpu.tiny.{i}") for i, t in enumerate(tiny)]
-    same = all(torch.equal(o.cpu().view(torch.int32), r.view(torch.int32))
-               for o, r in zip(outs, ref))
     rows.append((f"detcoll ordered, {len(tiny)} 16-element tensors (enqueue {enqueue:.3f}, "
-                 f"synchronize {wait:.3f})", ms, "yes" if same else "NO"))
+                 f"synchronize {wait:.3f})", ms, same_bits(outs, ref)))
 
     if hvd.size() == 1:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
