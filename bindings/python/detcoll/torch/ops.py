@@ -25,7 +25,10 @@ __all__ = [
     "embedding_dense_backward", "embedding_bag_backward", "bincount", "sum", "bias_add_grad",
     "interpolate", "upsample_bilinear2d_backward", "max_pool2d", "max_pool2d_with_indices",
     "max_pool2d_with_indices_backward", "nll_loss", "kthvalue", "median",
-    "upsample_nearest_backward",
+    "upsample_nearest_backward", "reflection_pad_backward", "replication_pad_backward",
+    "avg_pool_backward", "adaptive_avg_pool_backward", "max_pool_backward", "max_unpool",
+    "upsample_backward", "index_put_", "index_put", "put_", "histc",
+    "embedding_bag_dense_backward",
 ]
 
 
@@ -316,3 +319,13 @@ from detcoll.torch._selection import kthvalue, median  # noqa: E402,F401
 
 # Nearest-neighbour upsampling's backward (1-D to 3-D) lives in _nearest.py.
 from detcoll.torch._nearest import upsample_nearest_backward  # noqa: E402,F401
+
+# The backward of padding, pooling and interpolation lives in _adjoints.py.
+from detcoll.torch._adjoints import (  # noqa: E402,F401
+    adaptive_avg_pool_backward, avg_pool_backward, max_pool_backward, max_unpool,
+    reflection_pad_backward, replication_pad_backward, upsample_backward)
+
+# Accumulating writes through indices (index_put_, put_, histc, embedding_bag's gradient) live in
+# _indexing.py.
+from detcoll.torch._indexing import (  # noqa: E402,F401
+    embedding_bag_dense_backward, histc, index_put, index_put_, put_)

@@ -1,0 +1,396 @@
+"""The backward of the window and resampling ops whose CUDA kernels add with atomicAdd
+(detcoll.torch.ops): reflection and replication padding, average, adaptive average and max
+pooling (1-D to 3-D, through their indices), max_unpool, and linear, bicubic and trilinear
+interpolation.
+
+Each forward output position reads a fixed list of input positions ("taps") of its plane, with a
+weight. The backward is one detcoll index_add per call: every output position's taps, in the order
+of the output positions (row-major) and, within one, in the order of torch's CPU loop, each adding
+its gradient times its weight into the input position it read, from zero (README, "Deterministic
+ops"). That is the order of torch's CPU kernels, so the float32 and float64 bits are theirs where
+their loop is sequential; index_add runs on the CPU and on the GPU with the same bits.
+"""
+
+import math
+
+import torch
+
+import detcoll
+from detcoll.torch import _gathers, ops
+from detcoll.torch._op_args import _floating, _indices, _values
+
+
+def _sizes(values, count, op, what):
+    values = [int(v) for v in values]
+    if len(values) != count:
+        raise detcoll.InvalidArgumentError(f"{op}: {what} {values} needs {count} values")
+    return values
+
+
+def _spatial(input_size, op, dims=(1, 2, 3)):
+    """[N, C, *spatial] (or [C, *spatial]) and the number of spatial dimensions."""
+    input_size = [int(s) for s in input_size]
+    for spatial in dims:
+        if len(input_size) in (spatial + 1, spatial + 2):
+            return input_size, spatial
+    raise detcoll.InvalidArgumentError(
+        f"{op}: input size {input_size} has no batch, channel and 1-3 spatial dimensions")
+
+
+def _grid(axes):
+    """Per-axis (linear index [out, k], weight [out, k] or None, valid [out, k] or None), as
+    arrays over [*outs, *ks] in that order: the taps of each output position, row-major, the
+    linear index within a plane of the inputs' spatial sizes."""
+    spatial = len(axes)
+    linear, weight, valid = None, None, None
+    for axis, (index, w, ok, size) in enumerate(axes):
+        shape = [1] * (2 * spatial)
+        shape[axis], shape[spatial + axis] = index.shape
+        index = index.reshape(shape)
+        linear = index if linear is None else linear * size + index
+        if w is not None:
+            w = w.reshape(shape)
+            weight = w if weight is None else weight * w
+        if ok is not None:
+            ok = ok.reshape(shape)
+            valid = ok if valid is None else valid & ok
+    return linear, weight, valid
+
+
+def _add_back(grad, input_size, spatial, linear, src, valid=None):
+    """The input's gradient: src [planes, outputs * taps] added into the taps' linear positions
+    (outputs * taps, the same in every plane) in that order, from zero; taps where valid is False
+    add nothing."""
+    lead = input_size[:-spatial]
+    planes, inner = math.prod(lead), math.prod(input_size[-spatial:])
+    linear = linear.reshape(-1)
+    src = src.reshape(planes, -1)
+    if valid is not None:
+        keep = valid.reshape(-1).nonzero().reshape(-1)
+        linear, src = linear.index_select(0, keep), src.index_select(1, keep)
+    out = torch.zeros(planes, inner, dtype=grad.dtype, device=grad.device)
+    if linear.numel():
+        ops.index_add_(out, 1, linear.contiguous(), src.contiguous())
+    return out.reshape(input_size)
+
+
+def _grad(grad_output, input_size, spatial, out_sizes, op):
+    g = _floating(grad_output, op, "grad_output")
+    expected = list(input_size[:-spatial]) + list(out_sizes)
+    if list(g.shape) != expected:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: grad_output {list(g.shape)} is not {expected}")
+    return g
+
+
+# ---- reflection and replication padding ----
+
+def _pad_backward(grad_output, input_size, padding, mode):
+    op = f"{mode}_pad_backward"
+    padding = [int(p) for p in padding]
+    spatial = len(padding) // 2
+    input_size = [int(s) for s in input_size]
+    if len(padding) not in (2, 4, 6) or len(input_size) not in (spatial + 1, spatial + 2):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: padding {padding} needs 2 values per spatial dimension of input size "
+            f"{input_size} (1 to 3, after the batch and channel dimensions)")
+    sizes = input_size[-spatial:]
+    # torch's padding lists the last dimension first: (left, right, top, bottom, front, back).
+    pads = [(padding[2 * (spatial - 1 - a)], padding[2 * (spatial - 1 - a) + 1])
+            for a in range(spatial)]
+    outs = [s + lo + hi for s, (lo, hi) in zip(sizes, pads)]
+    for s, (lo, hi), o in zip(sizes, pads, outs):
+        if s < 1 or o < 1 or (mode == "reflection" and (lo >= s or hi >= s)):
+            raise detcoll.InvalidArgumentError(
+                f"{op}: padding {padding} does not fit input size {input_size}")
+    g = _grad(grad_output, input_size, spatial, outs, op)
+    axes = []
+    for s, (lo, _), o in zip(sizes, pads, outs):
+        i = torch.arange(o, device=g.device) - lo
+        if mode == "reflection":
+            i = i.abs()
+            i = torch.where(i >= s, 2 * (s - 1) - i, i)
+        else:
+            i = i.clamp(0, s - 1)
+        axes.append((i.reshape(o, 1), None, None, s))
+    linear, _, _ = _grid(axes)
+    return _add_back(g, input_size, spatial, linear, g)
+
+
+def reflection_pad_backward(grad_output, input_size, padding):
+    """aten's reflection_pad{1,2,3}d_backward: the gradient of F.pad(mode="reflect") for an
+    input of input_size ([N, C, *spatial] or [C, *spatial]) and torch's padding list."""
+    return _pad_backward(grad_output, input_size, padding, "reflection")
+
+
+def replication_pad_backward(grad_output, input_size, padding):
+    """aten's replication_pad{1,2,3}d_backward: the gradient of F.pad(mode="replicate")."""
+    return _pad_backward(grad_output, input_size, padding, "replication")
+
+
+# ---- average pooling ----
+
+def _pooled_size(size, kernel, stride, pad, ceil_mode):
+    """torch's pooling_output_shape (dilation 1)."""
+    out = (size + 2 * pad - kernel + ((stride - 1) if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def avg_pool_backward(grad_output, input_size, kernel_size, stride, padding, ceil_mode=False,
+                      count_include_pad=True, divisor_override=None):
+    """aten's avg_pool{2,3}d_backward (avg_pool1d runs as 2-D): each output's gradient divided by
+    its divisor, added into its window's input positions (padding left out)."""
+    op = "avg_pool_backward"
+    input_size = [int(s) for s in input_size]
+    spatial = len(input_size) - 2 if isinstance(kernel_size, int) else len(kernel_size)
+    if spatial not in (2, 3) or len(input_size) not in (spatial + 1, spatial + 2):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: kernel_size {kernel_size} and input size {input_size}: 2 or 3 spatial "
+            "dimensions after the batch and channel dimensions")
+    if isinstance(kernel_size, int):
+        kernel_size = [kernel_size] * spatial
+    stride = [stride] * spatial if isinstance(stride, int) else stride
+    padding = [padding] * spatial if isinstance(padding, int) else padding
+    kernel = _sizes(kernel_size, spatial, op, "kernel_size")
+    stride = _sizes(stride, spatial, op, "stride") if len(stride) else kernel
+    pads = _sizes(padding, spatial, op, "padding")
+    sizes = input_size[-spatial:]
+    for k, s, p in zip(kernel, stride, pads):
+        if k < 1 or s < 1 or p < 0 or 2 * p > k:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: kernel_size {kernel}, stride {stride} and padding {pads} are not a "
+                "pooling window")
+    if divisor_override is not None and int(divisor_override) == 0:
+        raise detcoll.InvalidArgumentError(f"{op}: divisor_override is 0")
+    outs = [_pooled_size(n, k, s, p, ceil_mode) for n, k, s, p in zip(sizes, kernel, stride, pads)]
+    g = _grad(grad_output, input_size, spatial, outs, op)
+    axes, counts, padded = [], None, None
+    for n, k, s, p, o in zip(sizes, kernel, stride, pads, outs):
+        start = torch.arange(o, device=g.device) * s - p
+        end = torch.minimum(start + k, torch.tensor(n + p, device=g.device))
+        window = end - start                        # with padding
+        lo, hi = start.clamp(min=0), end.clamp(max=n)
+        taps = start.unsqueeze(1) + torch.arange(k, device=g.device)
+        ok = (taps >= lo.unsqueeze(1)) & (taps < hi.unsqueeze(1))
+        axes.append((taps.clamp(0, n - 1), None, ok, n))
+        shape = [1] * spatial
+        shape[len(axes) - 1] = o
+        inside = (hi - lo).clamp(min=0).reshape(shape)
+        counts = inside if counts is None else counts * inside
+        window = window.reshape(shape)
+        padded = window if padded is None else padded * window
+    linear, _, valid = _grid(axes)
+    if divisor_override is not None:
+        divisor = torch.full_like(counts, int(divisor_override))
+    else:
+        divisor = padded if count_include_pad else counts
+    # torch's CPU loop divides each output's gradient by an integer divisor once.
+    share = g / divisor.clamp(min=1).to(g.dtype)
+    taps = math.prod(kernel)
+    src = share.reshape(-1, math.prod(outs), 1).expand(-1, -1, taps)
+    return _add_back(g, input_size, spatial, linear, src, valid)
+
+
+def adaptive_avg_pool_backward(grad_output, input_size):
+    """aten's _adaptive_avg_pool{2,3}d_backward: output position o of an axis of n inputs and m
+    outputs averages inputs floor(o n / m) to ceil((o + 1) n / m); its gradient divided by each
+    axis' window length in turn (as torch's CPU loop does) goes to every input of the window."""
+    op = "adaptive_avg_pool_backward"
+    g0 = _floating(grad_output, op, "grad_output")
+    input_size, spatial = _spatial(input_size, op, (2, 3))
+    outs = list(g0.shape[-spatial:])
+    g = _grad(g0, input_size, spatial, outs, op)
+    axes, lengths = [], []
+    for n, m in zip(input_size[-spatial:], outs):
+        o = torch.arange(m, device=g.device)
+        start = torch.div(o * n, m, rounding_mode="floor")
+        end = torch.div((o + 1) * n + m - 1, m, rounding_mode="floor")
+        k = max(1, -(-n // m) + 1)
+        taps = start.unsqueeze(1) + torch.arange(k, device=g.device)
+        axes.append((taps.clamp(max=n - 1), None, taps < end.unsqueeze(1), n))
+        lengths.append(end - start)
+    linear, _, valid = _grid(axes)
+    share = g
+    for axis, length in enumerate(lengths):
+        shape = [1] * spatial
+        shape[axis] = length.numel()
+        share = share / length.reshape(shape).clamp(min=1).to(g.dtype)
+    taps = math.prod(a[0].shape[1] for a in axes)
+    src = share.reshape(-1, math.prod(outs), 1).expand(-1, -1, taps)
+    return _add_back(g, input_size, spatial, linear, src, valid)
+
+
+# ---- pooling through its indices (max pooling 3-D, adaptive max pooling), max_unpool ----
+
+def max_pool_backward(grad_output, input_size, indices):
+    """The backward of max pooling given its indices (aten's max_pool3d_with_indices_backward,
+    adaptive_max_pool{2,3}d_backward): each output's gradient added into the input position its
+    index names, within its plane, in the order of the output positions."""
+    op = "max_pool_backward"
+    input_size, spatial = _spatial(input_size, op)
+    g = _floating(grad_output, op, "grad_output")
+    indices = _indices(indices, op, "indices")
+    if tuple(indices.shape) != tuple(g.shape) or g.dim() != len(input_size) or \
+            list(g.shape[:-spatial]) != input_size[:-spatial]:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: grad_output {tuple(g.shape)} and indices {tuple(indices.shape)} must have "
+            f"the same shape, with the planes of input size {input_size}")
+    inner = math.prod(input_size[-spatial:])
+    planes = math.prod(input_size[:-spatial])
+    flat = indices.reshape(planes, -1)
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= inner):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: an index is outside the {inner} positions of a plane")
+    offsets = torch.arange(planes, device=g.device).unsqueeze(1) * inner
+    out = torch.zeros(planes * inner, dtype=g.dtype, device=g.device)
+    ops.index_add_(out, 0, (flat + offsets).reshape(-1), g.reshape(-1))
+    return out.reshape(input_size)
+
+
+def max_unpool(input, indices, output_size):
+    """aten's max_unpool{2,3}d: each input value written at the position of its plane its index
+    names; where indices repeat, the last in the input's order is written (as torch's CPU loop
+    leaves it). The positions no index names are 0."""
+    op = "max_unpool"
+    x = _values(input, op, "input")
+    indices = _indices(indices, op, "indices")
+    output_size = [int(s) for s in output_size]
+    spatial = len(output_size)
+    if not 2 <= spatial <= 3 or x.dim() not in (spatial + 1, spatial + 2):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: input {tuple(x.shape)} and output_size {output_size} do not match")
+    if tuple(indices.shape) != tuple(x.shape):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: indices {tuple(indices.shape)} and input {tuple(x.shape)} differ")
+    lead = list(x.shape[:-spatial])
+    planes, inner = math.prod(lead), math.prod(output_size)
+    flat = indices.reshape(planes, -1)
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= inner):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: an index is outside the {inner} positions of an output plane")
+    dest = (flat + torch.arange(planes, device=x.device).unsqueeze(1) * inner).reshape(-1)
+    # A stable sort keeps the input's order among equal destinations; each run's last is written.
+    dest_sorted, order = torch.sort(dest, stable=True)
+    last = torch.ones_like(dest_sorted, dtype=torch.bool)
+    last[:-1] = dest_sorted[1:] != dest_sorted[:-1]
+    out = torch.zeros(planes * inner, dtype=x.dtype, device=x.device)
+    out.index_copy_(0, dest_sorted[last], x.reshape(-1)[order[last]])
+    return out.reshape(lead + output_size)
+
+
+# ---- linear, bilinear, trilinear and bicubic interpolation ----
+
+def _scale_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32  # torch's opmath type
+
+
+def _area_scale(n, m, align_corners, scale, dtype):
+    """torch's area_pixel_compute_scale, in its opmath type."""
+    if align_corners:
+        value = (n - 1) / (m - 1) if m > 1 else 0.0
+        if dtype == torch.float32:  # (float)(n - 1) / (m - 1), in float
+            return torch.tensor(n - 1, dtype=dtype) / torch.tensor(m - 1 if m > 1 else 1,
+                                                                   dtype=dtype) * (m > 1)
+        return torch.tensor(value, dtype=dtype)
+    if scale is not None and scale > 0:
+        return torch.tensor(1.0 / scale, dtype=dtype)   # 1 / scale in double, then cast
+    return torch.tensor(n, dtype=dtype) / torch.tensor(m, dtype=dtype)
+
+
+def _source(m, ratio, align_corners, cubic, dtype, device):
+    """torch's area_pixel_compute_source_index for the m output positions, in its opmath type:
+    ratio · o where the corners align, otherwise ratio · (o + ½) − ½, and 0 below 0 but for
+    bicubic."""
+    dst = torch.arange(m, device=device).to(dtype)
+    ratio = ratio.to(device)
+    if align_corners:
+        return ratio * dst
+    src = ratio * (dst + 0.5) - 0.5
+    return src if cubic else src.clamp(min=0)
+
+
+def _linear_axis(n, m, align_corners, scale, dtype, device):
+    """Taps (i0, i1) and weights (1 - λ, λ) of one axis, as torch's compute_source_index_and_lambda
+    gives them."""
+    if n == m:
+        index = torch.arange(m, device=device)
+        return (torch.stack([index, index], 1),
+                torch.stack([torch.ones(m, dtype=dtype, device=device),
+                             torch.zeros(m, dtype=dtype, device=device)], 1))
+    real = _source(m, _area_scale(n, m, align_corners, scale, dtype), align_corners, False,
+                   dtype, device)
+    i0 = real.long()
+    i1 = i0 + (i0 < n - 1).long()
+    lam1 = (real - i0.to(dtype)).clamp(0, 1)
+    lam0 = 1.0 - lam1
+    return torch.stack([i0, i1], 1), torch.stack([lam0, lam1], 1)
+
+
+def _cubic_axis(n, m, align_corners, scale, dtype, device):
+    """Taps (i - 1 ... i + 2, clamped to the edge) and torch's cubic convolution coefficients
+    (A = -0.75) of one axis."""
+    real = _source(m, _area_scale(n, m, align_corners, scale, dtype), align_corners, True,
+                   dtype, device)
+    i = real.floor()
+    t = real - i
+    a = -0.75
+
+    def near(x):   # cubic_convolution1: ((A + 2) x - (A + 3)) x x + 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):    # cubic_convolution2: ((A x - 5A) x + 8A) x - 4A
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    coefficients = torch.stack([far(t + 1.0), near(t), near(1.0 - t), far((1.0 - t) + 1.0)], 1)
+    taps = i.long().unsqueeze(1) + torch.arange(-1, 3, device=device)
+    return taps.clamp(0, n - 1), coefficients
+
+
+def upsample_backward(grad_output, output_size, input_size, align_corners, scales=None,
+                      mode="linear"):
+    """aten's upsample_linear1d_backward, upsample_bilinear2d_backward,
+    upsample_trilinear3d_backward (mode "linear", 1-3 spatial dimensions) and
+    upsample_bicubic2d_backward (mode "bicubic"): the input's gradient [N, C, *input spatial].
+    scales: the forward's scale factors per axis (None: from the sizes)."""
+    op = f"upsample_{mode}_backward"
+    if mode not in ("linear", "bicubic"):
+        raise detcoll.InvalidArgumentError(f"{op}: mode {mode!r}; linear or bicubic")
+    output_size = [int(s) for s in output_size]
+    spatial = len(output_size)
+    input_size = [int(s) for s in input_size]
+    if not 1 <= spatial <= 3 or len(input_size) != spatial + 2 or \
+            (mode == "bicubic" and spatial != 2):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: input_size {input_size} and output_size {output_size} do not match "
+            f"{'2' if mode == 'bicubic' else '1 to 3'} spatial dimensions")
+    g = _grad(grad_output, input_size, spatial, output_size, op)
+    if min(input_size[2:] + output_size) < 1:
+        raise detcoll.InvalidArgumentError(f"{op}: a spatial size is 0")
+    scales = list(scales or ())
+    scales += [None] * (spatial - len(scales))
+    dtype = _scale_dtype(g.dtype)
+    if mode == "bicubic" and input_size[2:] == output_size:
+        return g.clone()   # torch's shortcut: the same sizes copy
+    if mode == "linear" and spatial == 2:
+        # Bilinear has its own kernel (_gathers.py), whose bits these are.
+        return _gathers.upsample_bilinear2d_backward(g, output_size, input_size, align_corners,
+                                                     *scales)
+    axis_of = _cubic_axis if mode == "bicubic" else _linear_axis
+    axes = []
+    for n, m, scale in zip(input_size[2:], output_size, scales):
+        taps, weights = axis_of(n, m, bool(align_corners), scale, dtype, g.device)
+        axes.append((taps, weights, None, n))
+    if mode == "bicubic":
+        # torch's loop: x taps outer, y inner, value * y_coeff * x_coeff.
+        (ty, wy, _, ny), (tx, wx, _, nx) = axes
+        linear = (ty.reshape(-1, 1, 1, 4) * nx + tx.reshape(1, -1, 4, 1))
+        value = g.to(dtype).reshape(-1, output_size[0], output_size[1], 1, 1)
+        src = value * wy.reshape(1, -1, 1, 1, 4) * wx.reshape(1, 1, -1, 4, 1)
+        return _add_back(g, input_size, spatial, linear, src.to(g.dtype))
+    # torch's loop: taps (t0|t1, h0|h1, w0|w1) row-major, weight t·h·w times the gradient.
+    linear, weight, _ = _grid(axes)
+    value = g.to(dtype).reshape([-1] + output_size + [1] * spatial)
+    src = weight.unsqueeze(0) * value
+    return _add_back(g, input_size, spatial, linear, src.to(g.dtype))

@@ -1,0 +1,225 @@
+"""Accumulating writes through indices (detcoll.torch.ops): index_put_ with accumulate=True (and
+so the backward of every advanced-indexing read, x[idx]), put_ with accumulate=True, histc, and
+embedding_bag's weight gradient in every mode (max included).
+
+Each is one detcoll index_add (or bincount) whose order is the order of the indices, row-major:
+a destination receives its contributions in increasing position of the index that names it, from
+the value it had (README, "Deterministic ops"). torch's CPU loops run in that order; its CUDA
+kernels add with atomicAdd or sort without a stable order.
+"""
+
+import math
+
+import torch
+
+import detcoll
+from detcoll.torch import ops
+from detcoll.torch._op_args import _floating, _indices, _placed, _same_dtype, _values
+
+
+def _as_index(t, op, what):
+    if not isinstance(t, torch.Tensor):
+        raise detcoll.InvalidArgumentError(f"{op}: {what} is not a torch.Tensor")
+    if t.is_floating_point() or t.is_complex():
+        raise detcoll.InvalidArgumentError(
+            f"{op}: {what} has dtype {t.dtype}; indices are integers or bool masks")
+    _placed(t, op, what)
+    return t
+
+
+def _wrapped(index, size, op, dim):
+    """Negative indices counted from the end; any outside [-size, size) refused by name."""
+    if index.numel():
+        lo, hi = int(index.min()), int(index.max())
+        if lo < -size or hi >= size:
+            bad = lo if lo < -size else hi
+            raise detcoll.InvalidArgumentError(
+                f"{op}: index {bad} is out of bounds for dimension {dim} with size {size}")
+    return torch.where(index < 0, index + size, index)
+
+
+def index_put_(input, indices, values, accumulate=False):
+    """input.index_put_(indices, values, accumulate): indices a tuple with an entry per leading
+    dimension (None: the whole dimension; an integer tensor; a bool mask, over as many dimensions
+    as it has), broadcast together as torch's advanced indexing does. With accumulate, each
+    value is added in the order of the broadcast indices (row-major); without, where indices
+    repeat, the last value in that order is written."""
+    op = "index_put_"
+    self = _values(input, op, "input")
+    if not isinstance(indices, (list, tuple)):
+        raise detcoll.InvalidArgumentError(f"{op}: indices must be a tuple of tensors or None")
+    # Bool masks become one integer index per dimension they cover.
+    expanded = []
+    for position, index in enumerate(indices):
+        if index is None:
+            expanded.append(None)
+            continue
+        index = _as_index(index, op, f"indices[{position}]")
+        if index.dtype in (torch.bool, torch.uint8):
+            start = len(expanded)
+            if tuple(index.shape) != tuple(input.shape[start:start + index.dim()]):
+                raise detcoll.InvalidArgumentError(
+                    f"{op}: the mask indices[{position}] of shape {tuple(index.shape)} does not "
+                    f"match the input's dimensions {tuple(input.shape[start:start + index.dim()])}"
+                    f" from {start}")
+            expanded.extend(index.nonzero().unbind(1))
+        else:
+            expanded.append(index.long())
+    if len(expanded) > input.dim():
+        raise detcoll.InvalidArgumentError(
+            f"{op}: {len(expanded)} indices for a tensor of {input.dim()} dimensions")
+    named = [d for d, index in enumerate(expanded) if index is not None]
+    if not named:
+        raise detcoll.InvalidArgumentError(f"{op}: no index tensor given")
+    try:
+        broadcast = torch.broadcast_shapes(*[tuple(expanded[d].shape) for d in named])
+    except RuntimeError:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: the indices' shapes {[tuple(expanded[d].shape) for d in named]} do not "
+            "broadcast together") from None
+    rest = [d for d in range(input.dim()) if d not in named]
+    adjacent = named == list(range(named[0], named[-1] + 1))
+    # The shape of input[indices]: the broadcast indices where the indexed dimensions were, when
+    # they are adjacent, and in front otherwise.
+    if adjacent:
+        front = [input.shape[d] for d in rest if d < named[0]]
+        back = [input.shape[d] for d in rest if d > named[-1]]
+        result = front + list(broadcast) + back
+    else:
+        front, result = [], list(broadcast) + [input.shape[d] for d in rest]
+    values = _values(values, op, "values")
+    _same_dtype(op, self, values, "values")
+    try:
+        values = values.expand(result)
+    except RuntimeError:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: values of shape {tuple(values.shape)} do not broadcast to the indexed "
+            f"shape {tuple(result)}") from None
+    # The indexed dimensions first (one linear position), the others after in their order.
+    linear = torch.zeros((), dtype=torch.int64, device=input.device)
+    for d in named:
+        index = _wrapped(expanded[d].to(input.device), input.shape[d], op, d)
+        linear = linear * input.shape[d] + index
+    linear = linear.expand(broadcast).reshape(-1)
+    k = len(broadcast)
+    if adjacent:
+        order = list(range(len(front), len(front) + k)) + list(range(len(front))) + \
+            list(range(len(front) + k, len(result)))
+        values = values.permute(order)
+    values = values.reshape([linear.numel()] + [input.shape[d] for d in rest]).contiguous()
+    work = input.permute(named + rest).contiguous()
+    work = work.reshape([math.prod(input.shape[d] for d in named)] + list(work.shape[len(named):]))
+    if accumulate:
+        ops.index_add_(work, 0, linear, values)
+    elif linear.numel():
+        # Among repeated positions the last in the indices' order is written.
+        sorted_linear, order = torch.sort(linear, stable=True)
+        last = torch.ones_like(sorted_linear, dtype=torch.bool)
+        last[:-1] = sorted_linear[1:] != sorted_linear[:-1]
+        work.index_copy_(0, sorted_linear[last], values.index_select(0, order[last]))
+    back_shape = [input.shape[d] for d in named + rest]
+    input.permute(named + rest).copy_(work.reshape(back_shape))
+    return input
+
+
+def index_put(input, indices, values, accumulate=False):
+    """torch.index_put (out of place)."""
+    return index_put_(_values(input, "index_put", "input").clone(), indices, values, accumulate)
+
+
+def put_(input, index, source, accumulate=False):
+    """input.put_(index, source, accumulate): input read as 1-D in row-major order; with
+    accumulate, source's values added in index order, otherwise the last written where indices
+    repeat."""
+    op = "put_"
+    _values(input, op, "input")
+    index = _as_index(index, op, "index")
+    if index.dtype == torch.bool:
+        raise detcoll.InvalidArgumentError(f"{op}: index has dtype torch.bool; integers only")
+    source = _values(source, op, "source")
+    _same_dtype(op, input, source, "source")
+    if index.numel() != source.numel():
+        raise detcoll.InvalidArgumentError(
+            f"{op}: index has {index.numel()} elements and source {source.numel()}")
+    flat = input.reshape(-1).clone() if input.dim() else input.reshape(1).clone()
+    index_put_(flat, (index.reshape(-1),), source.reshape(-1), accumulate)
+    input.copy_(flat.reshape(input.shape))
+    return input
+
+
+def histc(input, bins=100, min=0, max=0):  # noqa: A002 (torch's argument names)
+    """torch.histc: bins equal bins over [min, max] (both 0: the input's own range; equal: one
+    wider on each side). A value x counts in bin floor((x − min) · bins / (max − min)), evaluated
+    in that order in the input's dtype (torch 2's CPU and CUDA formula; torch 1.13's CPU kernel
+    divides before it multiplies, which moves values that lie on an edge), the maximum in the
+    last bin; values outside the range and NaN are not counted. The counts are exact (a
+    bincount), returned in the input's dtype."""
+    op = "histc"
+    x = _floating(input, op, "input").reshape(-1)
+    bins = int(bins)
+    if bins <= 0:
+        raise detcoll.InvalidArgumentError(f"{op}: bins must be > 0, got {bins}")
+    lo, hi = float(min), float(max)
+    if lo == hi and x.numel():
+        finite = x[~x.isnan()]
+        if finite.numel():
+            lo, hi = float(finite.min()), float(finite.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise detcoll.InvalidArgumentError(f"{op}: max {max} must be larger than min {min}")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise detcoll.InvalidArgumentError(f"{op}: the range [{lo}, {hi}] is not finite")
+    low = torch.tensor(lo, dtype=x.dtype, device=x.device)
+    high = torch.tensor(hi, dtype=x.dtype, device=x.device)
+    counted = x[(x >= low) & (x <= high)]
+    position = ((counted - low) * bins / (high - low)).to(torch.int64).clamp(max=bins - 1)
+    return ops.bincount(position, minlength=bins).to(x.dtype)
+
+
+def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
+                                 num_weights, scale_grad_by_freq, mode, per_sample_weights=None,
+                                 padding_idx=-1):
+    """aten's _embedding_bag_dense_backward: the weight's gradient [num_weights, dim] for mode
+    0 (sum), 1 (mean) and 2 (max). Sum and mean run detcoll's embedding_bag backward; max adds
+    each bag's gradient into the rows its maximum_indices name, in the order of the bags."""
+    op = "embedding_bag_backward"
+    g = _floating(grad, op, "grad")
+    mode = int(mode)
+    if mode not in (0, 1, 2):
+        raise detcoll.InvalidArgumentError(f"{op}: mode {mode}; 0 (sum), 1 (mean) or 2 (max)")
+    if scale_grad_by_freq:
+        raise detcoll.InvalidArgumentError(f"{op}: scale_grad_by_freq is not supported")
+    if g.dim() != 2:
+        raise detcoll.InvalidArgumentError(f"{op}: grad {tuple(g.shape)} must be [bags, dim]")
+    bags, dim = g.shape
+    num_weights = int(num_weights)
+    if mode != 2:
+        indices = _indices(indices, op, "indices")
+        offset2bag = _indices(offset2bag, op, "offset2bag")
+        if offset2bag.numel() != indices.numel():
+            raise detcoll.InvalidArgumentError(
+                f"{op}: offset2bag has {offset2bag.numel()} elements for {indices.numel()} "
+                "indices")
+        # Bag b's indices start at the first position whose bag is b or later.
+        offsets = torch.searchsorted(offset2bag.contiguous(),
+                                     torch.arange(bags, device=g.device))
+        return ops.embedding_bag_backward(g, indices, offsets, num_weights,
+                                          "mean" if mode == 1 else "sum", per_sample_weights,
+                                          int(padding_idx))
+    maximum_indices = _indices(maximum_indices, op, "maximum_indices")
+    if tuple(maximum_indices.shape) != (bags, dim):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: maximum_indices {tuple(maximum_indices.shape)} must be {(bags, dim)}")
+    bag_size = _indices(bag_size, op, "bag_size")
+    rows = maximum_indices
+    taken = (bag_size.reshape(-1, 1) > 0) & (rows >= 0) & (rows != int(padding_idx))
+    if bool(((rows >= num_weights) & taken).any()):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: maximum_indices name a row outside the {num_weights} weights")
+    linear = rows * dim + torch.arange(dim, device=g.device)
+    keep = taken.reshape(-1).nonzero().reshape(-1)
+    out = torch.zeros(num_weights * dim, dtype=g.dtype, device=g.device)
+    ops.index_add_(out, 0, linear.reshape(-1).index_select(0, keep),
+                   g.reshape(-1).index_select(0, keep))
+    return out.reshape(num_weights, dim)
