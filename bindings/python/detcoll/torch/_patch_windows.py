@@ -1,9 +1,10 @@
 """patch()'s wrappers for the window, resampling and indexing kernels (_adjoints.py,
-_indexing.py): padding, pooling and interpolation backward, max_unpool, index_put_, put_, histc
-and embedding_bag's weight gradient, with the schemas they were written for (_patch.py)."""
+_grid_sample.py, _indexing.py): padding, pooling, interpolation and grid_sample backward,
+max_unpool, index_put_, put_, histc and embedding_bag's weight gradient, with the schemas they
+were written for (_patch.py)."""
 
 import detcoll
-from detcoll.torch import _adjoints, _indexing
+from detcoll.torch import _adjoints, _grid_sample, _indexing
 from detcoll.torch._patch_widen import _NARROW_INTEGERS, _index, _no_overlap, _widened
 
 
@@ -142,6 +143,11 @@ def entries():
         "histc": (
             "aten::histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor",
             _indexing.histc),
+        **{f"grid_sampler_{d}d_backward": (
+            f"aten::grid_sampler_{d}d_backward(Tensor grad_output, Tensor input, Tensor grid, "
+            "int interpolation_mode, int padding_mode, bool align_corners, bool[2] output_mask) "
+            "-> (Tensor, Tensor)",
+            _grid_sample.grid_sampler_backward) for d in (2, 3)},
         "_embedding_bag_dense_backward": (
             "aten::_embedding_bag_dense_backward(Tensor grad, Tensor indices, Tensor offset2bag, "
             "Tensor bag_size, Tensor maximum_indices, int num_weights, bool scale_grad_by_freq, "

@@ -28,7 +28,7 @@ __all__ = [
     "upsample_nearest_backward", "reflection_pad_backward", "replication_pad_backward",
     "avg_pool_backward", "adaptive_avg_pool_backward", "max_pool_backward", "max_unpool",
     "upsample_backward", "index_put_", "index_put", "put_", "histc",
-    "embedding_bag_dense_backward",
+    "embedding_bag_dense_backward", "grid_sampler_backward",
 ]
 
 
@@ -329,3 +329,6 @@ from detcoll.torch._adjoints import (  # noqa: E402,F401
 # _indexing.py.
 from detcoll.torch._indexing import (  # noqa: E402,F401
     embedding_bag_dense_backward, histc, index_put, index_put_, put_)
+
+# grid_sample's backward (2-D and 3-D) lives in _grid_sample.py.
+from detcoll.torch._grid_sample import grid_sampler_backward  # noqa: E402,F401
