@@ -1,10 +1,10 @@
 """patch()'s wrappers for the window, resampling and indexing kernels (_adjoints.py,
-_grid_sample.py, _indexing.py): padding, pooling, interpolation and grid_sample backward,
-max_unpool, index_put_, put_, histc and embedding_bag's weight gradient, with the schemas they
+_ctc.py, _grid_sample.py, _indexing.py): padding, pooling, interpolation, grid_sample and
+ctc_loss backward, max_unpool, index_put_, put_, histc and embedding_bag's weight gradient, with the schemas they
 were written for (_patch.py)."""
 
 import detcoll
-from detcoll.torch import _adjoints, _grid_sample, _indexing
+from detcoll.torch import _adjoints, _ctc, _grid_sample, _indexing
 from detcoll.torch._patch_widen import _NARROW_INTEGERS, _index, _no_overlap, _widened
 
 
@@ -148,6 +148,16 @@ def entries():
             "int interpolation_mode, int padding_mode, bool align_corners, bool[2] output_mask) "
             "-> (Tensor, Tensor)",
             _grid_sample.grid_sampler_backward) for d in (2, 3)},
+        "_ctc_loss_backward": (
+            "aten::_ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, "
+            "int[] input_lengths, int[] target_lengths, Tensor neg_log_likelihood, "
+            "Tensor log_alpha, int blank, bool zero_infinity=False) -> Tensor",
+            _ctc.ctc_loss_backward),
+        "_ctc_loss_backward.Tensor": (
+            "aten::_ctc_loss_backward.Tensor(Tensor grad, Tensor log_probs, Tensor targets, "
+            "Tensor input_lengths, Tensor target_lengths, Tensor neg_log_likelihood, "
+            "Tensor log_alpha, int blank, bool zero_infinity=False) -> Tensor",
+            _ctc.ctc_loss_backward),
         "_embedding_bag_dense_backward": (
             "aten::_embedding_bag_dense_backward(Tensor grad, Tensor indices, Tensor offset2bag, "
             "Tensor bag_size, Tensor maximum_indices, int num_weights, bool scale_grad_by_freq, "

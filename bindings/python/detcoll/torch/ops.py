@@ -28,7 +28,7 @@ __all__ = [
     "upsample_nearest_backward", "reflection_pad_backward", "replication_pad_backward",
     "avg_pool_backward", "adaptive_avg_pool_backward", "max_pool_backward", "max_unpool",
     "upsample_backward", "index_put_", "index_put", "put_", "histc",
-    "embedding_bag_dense_backward", "grid_sampler_backward",
+    "embedding_bag_dense_backward", "grid_sampler_backward", "ctc_loss_backward",
 ]
 
 
@@ -332,3 +332,6 @@ from detcoll.torch._indexing import (  # noqa: E402,F401
 
 # grid_sample's backward (2-D and 3-D) lives in _grid_sample.py.
 from detcoll.torch._grid_sample import grid_sampler_backward  # noqa: E402,F401
+
+# ctc_loss's backward lives in _ctc.py.
+from detcoll.torch._ctc import ctc_loss_backward  # noqa: E402,F401

@@ -1,0 +1,151 @@
+"""ctc_loss's backward (detcoll.torch.ops), whose CUDA kernel gathers the per-class sums with
+atomic adds.
+
+For batch element b, with the extended target l' (blanks around and between the labels) and the
+forward's log α, the backward computes log β by its recursion, in float64, one time step at a
+time for the whole batch; then for each time t and class c the sum over the positions s with
+l'(s) = c of exp(log α + log β − m), m the largest log α + log β at (t, b), added in increasing s
+by detcoll's index_add; and the gradient (exp(lp) − exp(log Σ + m + nll − lp)) · grad, rounded
+once to the input's dtype, 0 from the input length on (README, "Deterministic ops").
+
+The order of every sum is fixed, so a device gives the same bits run after run. exp and log are
+the device's own (torch's CPU and CUDA functions differ in their last bits), so the CPU and the
+GPU agree to those bits, not bit for bit.
+"""
+
+import torch
+
+import detcoll
+from detcoll.torch import ops
+from detcoll.torch._op_args import _floating, _placed
+
+_NEG_INF = float("-inf")
+
+
+def _lengths(values, count, op, what, device):
+    if isinstance(values, torch.Tensor):
+        _placed(values, op, what)
+        values = values.tolist()
+    values = [int(v) for v in values]
+    if len(values) != count:
+        raise detcoll.InvalidArgumentError(f"{op}: {len(values)} {what} for a batch of {count}")
+    return values
+
+
+def _extended_targets(targets, target_lengths, batch, op):
+    """[batch, 2 S + 1] class of each extended position (blank = -1 here, filled in later), with
+    S the longest target: the labels at odd positions."""
+    longest = max(target_lengths, default=0)
+    if targets.dim() == 2:
+        if targets.shape[0] != batch or targets.shape[1] < longest:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: targets {tuple(targets.shape)} do not hold {batch} targets of up to "
+                f"{longest} labels")
+        labels = targets[:, :longest]
+    elif targets.dim() == 1:
+        if targets.numel() < sum(target_lengths):
+            raise detcoll.InvalidArgumentError(
+                f"{op}: {targets.numel()} concatenated targets for lengths summing to "
+                f"{sum(target_lengths)}")
+        labels = torch.zeros(batch, longest, dtype=torch.int64, device=targets.device)
+        start = 0
+        for b, length in enumerate(target_lengths):
+            labels[b, :length] = targets[start:start + length]
+            start += length
+    else:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: targets must be 1-D (concatenated) or 2-D (padded), got "
+            f"{tuple(targets.shape)}")
+    return labels.long(), longest
+
+
+def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths,
+                      neg_log_likelihood, log_alpha, blank, zero_infinity=False):
+    """aten's _ctc_loss_backward: the gradient with respect to log_probs [T, B, C]."""
+    op = "ctc_loss_backward"
+    lp = _floating(log_probs, op, "log_probs")
+    if lp.dim() != 3:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: log_probs must be [T, batch, classes], got {tuple(lp.shape)}")
+    steps, batch, classes = lp.shape
+    blank = int(blank)
+    if not 0 <= blank < classes:
+        raise detcoll.InvalidArgumentError(f"{op}: blank {blank} is not one of {classes} classes")
+    if not isinstance(targets, torch.Tensor) or targets.is_floating_point():
+        raise detcoll.InvalidArgumentError(f"{op}: targets must be an integer tensor")
+    _placed(targets, op, "targets")
+    device = lp.device
+    inputs = _lengths(input_lengths, batch, op, "input_lengths", device)
+    lengths = _lengths(target_lengths, batch, op, "target_lengths", device)
+    if any(not 0 <= n <= steps for n in inputs) or any(n < 0 for n in lengths):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: input_lengths {inputs} must lie in [0, {steps}] and target_lengths "
+            f"{lengths} be >= 0")
+    labels, longest = _extended_targets(targets, lengths, batch, op)
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+        raise detcoll.InvalidArgumentError(f"{op}: a target is not one of {classes} classes")
+    width = 2 * longest + 1
+    alpha = _floating(log_alpha, op, "log_alpha")
+    if alpha.dim() != 3 or alpha.shape[0] != batch or alpha.shape[1] != steps or \
+            alpha.shape[2] < width:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: log_alpha {tuple(alpha.shape)} is not [{batch}, {steps}, >= {width}]")
+    nll = _floating(neg_log_likelihood, op, "neg_log_likelihood").reshape(-1).double()
+    g = _floating(grad, op, "grad").reshape(-1).double()
+    if nll.numel() != batch or g.numel() != batch:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: grad and neg_log_likelihood need one value per batch element ({batch})")
+
+    # The extended target: blank, l1, blank, l2, ..., blank; positions past 2 |l| + 1 unused.
+    extended = torch.full((batch, width), blank, dtype=torch.int64, device=device)
+    extended[:, 1::2] = labels
+    s = torch.arange(width, device=device)
+    used = s.unsqueeze(0) < (2 * torch.tensor(lengths, device=device) + 1).unsqueeze(1)
+    # s may skip to s + 2 where l'(s + 2) is a label other than l'(s).
+    skip = torch.zeros(batch, width, dtype=torch.bool, device=device)
+    if width > 2:
+        skip[:, :-2] = (extended[:, 2:] != extended[:, :-2]) & (s[:-2] % 2 == 1)
+    lp64 = lp.double()
+    emit = torch.gather(lp64, 2, extended.unsqueeze(0).expand(steps, batch, width))  # [T, B, S']
+
+    last = torch.tensor([n - 1 for n in inputs], device=device)
+    ends = 2 * torch.tensor(lengths, device=device)
+    start = (s.unsqueeze(0) == ends.unsqueeze(1)) | (s.unsqueeze(0) == (ends - 1).unsqueeze(1))
+    beta = torch.full((steps, batch, width), _NEG_INF, dtype=torch.float64, device=device)
+    following = torch.full((batch, width), _NEG_INF, dtype=torch.float64, device=device)
+    for t in range(steps - 1, -1, -1):
+        one = following
+        two = torch.full_like(following, _NEG_INF)
+        two[:, :-1] = following[:, 1:]
+        three = torch.full_like(following, _NEG_INF)
+        three[:, :-2] = torch.where(skip[:, :-2], following[:, 2:],
+                                    torch.full_like(following[:, 2:], _NEG_INF))
+        top = torch.maximum(torch.maximum(one, two), three)
+        top = torch.where(top == _NEG_INF, torch.zeros_like(top), top)
+        step = torch.log(torch.exp(one - top) + torch.exp(two - top) + torch.exp(three - top)) \
+            + top + emit[t]
+        first = (t == last).unsqueeze(1) & start & used
+        inside = (t < last).unsqueeze(1) & used
+        current = torch.where(first, emit[t], torch.where(inside, step,
+                                                          torch.full_like(step, _NEG_INF)))
+        beta[t] = current
+        following = current
+
+    both = alpha[:, :, :width].double().transpose(0, 1) + beta        # [T, B, S']
+    both = torch.where(used.unsqueeze(0), both, torch.full_like(both, _NEG_INF))
+    top = both.amax(2, keepdim=True)
+    top = torch.where(top == _NEG_INF, torch.zeros_like(top), top)
+    shares = torch.exp(both - top)                                    # 0 where unused
+    # Per class, in increasing s: index_add into [T, B * C] at b * C + l'(s).
+    where = (torch.arange(batch, device=device).unsqueeze(1) * classes + extended).reshape(-1)
+    sums = torch.zeros(steps, batch * classes, dtype=torch.float64, device=device)
+    ops.index_add_(sums, 1, where, shares.reshape(steps, -1).contiguous())
+    log_sums = torch.log(sums.reshape(steps, batch, classes)) + top
+    result = (torch.exp(lp64) - torch.exp(log_sums + nll.reshape(1, -1, 1) - lp64)) \
+        * g.reshape(1, -1, 1)
+    live = torch.arange(steps, device=device).unsqueeze(1) < torch.tensor(inputs, device=device)
+    keep = live.unsqueeze(2)
+    if zero_infinity:
+        keep = keep & ~torch.isinf(nll).reshape(1, -1, 1)
+    result = torch.where(keep, result, torch.zeros_like(result))
+    return result.to(lp.dtype)
