@@ -29,6 +29,7 @@ __all__ = [
     "avg_pool_backward", "adaptive_avg_pool_backward", "max_pool_backward", "max_unpool",
     "upsample_backward", "index_put_", "index_put", "put_", "histc",
     "embedding_bag_dense_backward", "grid_sampler_backward", "ctc_loss_backward",
+    "crop_and_resize", "sparse_dense_matmul",
 ]
 
 
@@ -335,3 +336,6 @@ from detcoll.torch._grid_sample import grid_sampler_backward  # noqa: E402,F401
 
 # ctc_loss's backward lives in _ctc.py.
 from detcoll.torch._ctc import ctc_loss_backward  # noqa: E402,F401
+
+# crop_and_resize and sparse_dense_matmul, with TensorFlow's arguments, live in _tf_ops.py.
+from detcoll.torch._tf_ops import crop_and_resize, sparse_dense_matmul  # noqa: E402,F401

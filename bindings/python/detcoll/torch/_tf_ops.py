@@ -1,0 +1,202 @@
+"""Two ops of the TensorFlow determinism list, with TensorFlow's arguments (detcoll.torch.ops):
+crop_and_resize (tf.image.crop_and_resize) and sparse_dense_matmul
+(tf.sparse.sparse_dense_matmul), each with a deterministic backward.
+
+crop_and_resize: the forward gathers; the image's gradient adds each crop position's gradient
+times its bilinear weights into the four pixels it read (top-left, top-right, bottom-left,
+bottom-right), in the order of the boxes, rows, columns and channels, through detcoll's
+index_add; the boxes' gradient sums each box's terms over positions and channels with detcoll's
+fixed tree (ops.sum). sparse_dense_matmul: row r of the result adds value × dense[column] for the
+nonzeros of row r in the order they are given, through index_add; the dense operand's gradient is
+the same product with the sparse matrix transposed (README, "Deterministic ops").
+"""
+
+import torch
+
+import detcoll
+from detcoll.torch import ops
+from detcoll.torch._op_args import _floating, _indices, _same_dtype
+
+
+def _crop_geometry(boxes, size, image_size):
+    """TensorFlow's source coordinate of each crop position along one axis, per box: (coords
+    [boxes, size], d coord / d start, d coord / d end)."""
+    lo, hi = boxes
+    span = image_size - 1
+    if size > 1:
+        k = torch.arange(size, device=lo.device).to(lo.dtype)
+        scale = (hi - lo) * span / (size - 1)
+        coords = lo.unsqueeze(1) * span + k * scale.unsqueeze(1)
+        d_lo = (span * (1 - k / (size - 1))).expand_as(coords)
+        d_hi = (span * k / (size - 1)).expand_as(coords)
+    else:
+        coords = (0.5 * (lo + hi) * span).unsqueeze(1)
+        d_lo = d_hi = torch.full_like(coords, 0.5 * span)
+    return coords, d_lo, d_hi
+
+
+class _CropAndResize(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, image, boxes, box_indices, crop_size, method, extrapolation_value):
+        n, height, width, channels = image.shape
+        ch, cw = crop_size
+        ys, dy1, dy2 = _crop_geometry((boxes[:, 0], boxes[:, 2]), ch, height)
+        xs, dx1, dx2 = _crop_geometry((boxes[:, 1], boxes[:, 3]), cw, width)
+        inside = ((ys >= 0) & (ys <= height - 1)).unsqueeze(2) & \
+            ((xs >= 0) & (xs <= width - 1)).unsqueeze(1)                   # [boxes, ch, cw]
+        planes = image.reshape(n, height * width, channels)[box_indices]      # [boxes, HW, C]
+        if method == "nearest":
+            y = torch.round(ys).clamp(0, height - 1).long()
+            x = torch.round(xs).clamp(0, width - 1).long()
+            where = (y.unsqueeze(2) * width + x.unsqueeze(1)).reshape(len(boxes), -1)
+            corners = [(where, None)]
+            out = torch.gather(planes, 1, where.unsqueeze(2).expand(-1, -1, channels))
+        else:
+            top, left = ys.floor().clamp(0, height - 1), xs.floor().clamp(0, width - 1)
+            bottom, right = ys.ceil().clamp(0, height - 1), xs.ceil().clamp(0, width - 1)
+            y_lerp, x_lerp = (ys - ys.floor()).unsqueeze(2), (xs - xs.floor()).unsqueeze(1)
+            shape = (len(boxes), ch * cw)
+
+            def at(r, c):
+                where = (r.long().unsqueeze(2) * width + c.long().unsqueeze(1)).reshape(shape)
+                return where, torch.gather(planes, 1, where.unsqueeze(2).expand(-1, -1, channels))
+
+            (tl, tl_v), (tr, tr_v) = at(top, left), at(top, right)
+            (bl, bl_v), (br, br_v) = at(bottom, left), at(bottom, right)
+            xl, yl = x_lerp.expand(-1, ch, -1).reshape(shape + (1,)), \
+                y_lerp.expand(-1, -1, cw).reshape(shape + (1,))
+            upper = tl_v + (tr_v - tl_v) * xl
+            lower = bl_v + (br_v - bl_v) * xl
+            out = upper + (lower - upper) * yl
+            corners = [(tl, (1 - yl) * (1 - xl)), (tr, (1 - yl) * xl), (bl, yl * (1 - xl)),
+                       (br, yl * xl)]
+            ctx.box_terms = (tl_v, tr_v, bl_v, br_v, xl, yl, dy1, dy2, dx1, dx2)
+        mask = inside.reshape(len(boxes), -1, 1)
+        out = torch.where(mask, out, torch.full_like(out, float(extrapolation_value)))
+        ctx.corners, ctx.mask, ctx.box_indices = corners, mask, box_indices
+        ctx.image_shape, ctx.method = image.shape, method
+        return out.reshape(len(boxes), ch, cw, channels)
+
+    @staticmethod
+    def backward(ctx, grad):
+        n, height, width, channels = ctx.image_shape
+        boxes = grad.shape[0]
+        g = torch.where(ctx.mask, grad.reshape(boxes, -1, channels), torch.zeros(
+            (), dtype=grad.dtype, device=grad.device))                      # [boxes, P, C]
+        # Image: every (box, position, corner) adds weight × gradient into its pixel, per channel.
+        where, src = [], []
+        plane = ctx.box_indices.reshape(-1, 1) * (height * width)
+        for index, weight in ctx.corners:
+            where.append(index + plane)
+            src.append(g if weight is None else weight * g)
+        where = torch.stack(where, 2).reshape(-1)                           # box, position, corner
+        src = torch.stack(src, 2).reshape(-1, channels)
+        image_grad = torch.zeros(n * height * width, channels, dtype=grad.dtype,
+                                 device=grad.device)
+        ops.index_add_(image_grad, 0, where, src.contiguous())
+        image_grad = image_grad.reshape(ctx.image_shape)
+        if ctx.method == "nearest":
+            return image_grad, torch.zeros(boxes, 4, dtype=grad.dtype, device=grad.device), \
+                None, None, None, None
+        tl_v, tr_v, bl_v, br_v, xl, yl, dy1, dy2, dx1, dx2 = ctx.box_terms
+        upper = tl_v + (tr_v - tl_v) * xl
+        lower = bl_v + (br_v - bl_v) * xl
+        along_y = ops.sum(g * (lower - upper), dim=2)                        # [boxes, P]
+        along_x = ops.sum(g * ((tr_v - tl_v) * (1 - yl) + (br_v - bl_v) * yl), dim=2)
+        ch, cw = dy1.shape[1], dx1.shape[1]
+        per_y = lambda d: d.unsqueeze(2).expand(-1, -1, cw).reshape(boxes, -1)  # noqa: E731
+        per_x = lambda d: d.unsqueeze(1).expand(-1, ch, -1).reshape(boxes, -1)  # noqa: E731
+        box_grad = torch.stack([ops.sum(along_y * per_y(dy1), dim=1),
+                                ops.sum(along_x * per_x(dx1), dim=1),
+                                ops.sum(along_y * per_y(dy2), dim=1),
+                                ops.sum(along_x * per_x(dx2), dim=1)], 1)
+        return image_grad, box_grad, None, None, None, None
+
+
+def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear",
+                    extrapolation_value=0.0):
+    """tf.image.crop_and_resize: image [batch, height, width, channels], boxes [n, 4] as
+    normalized (y1, x1, y2, x2), box_indices [n] the image of each box, crop_size (height,
+    width); method "bilinear" or "nearest". Differentiable in image and boxes, deterministic."""
+    op = "crop_and_resize"
+    image = _floating(image, op, "image")
+    boxes = _floating(boxes, op, "boxes")
+    _same_dtype(op, image, boxes, "boxes")
+    box_indices = _indices(box_indices, op, "box_indices")
+    if method not in ("bilinear", "nearest"):
+        raise detcoll.InvalidArgumentError(f"{op}: method {method!r}; bilinear or nearest")
+    if image.dim() != 4 or boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: image {tuple(image.shape)} must be [batch, height, width, channels] and "
+            f"boxes {tuple(boxes.shape)} [n, 4]")
+    if tuple(box_indices.shape) != (boxes.shape[0],):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: box_indices {tuple(box_indices.shape)} must have one entry per box "
+            f"({boxes.shape[0]})")
+    if box_indices.numel() and (int(box_indices.min()) < 0 or
+                                int(box_indices.max()) >= image.shape[0]):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: a box index is outside the batch of {image.shape[0]} images")
+    crop_size = tuple(int(v) for v in crop_size)
+    if len(crop_size) != 2 or min(crop_size) < 1:
+        raise detcoll.InvalidArgumentError(f"{op}: crop_size {crop_size} must be 2 positive sizes")
+    return _CropAndResize.apply(image, boxes, box_indices, crop_size, method,
+                                extrapolation_value)
+
+
+def _spmm(rows, cols, values, out_rows, dense):
+    """Row r of the result: Σ values[k] × dense[cols[k]] over the nonzeros k of row r, in order."""
+    out = torch.zeros(out_rows, dense.shape[1], dtype=dense.dtype, device=dense.device)
+    if values.numel():
+        ops.index_add_(out, 0, rows, (values.unsqueeze(1) * dense.index_select(0, cols))
+                       .contiguous())
+    return out
+
+
+class _SparseDense(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rows, cols, values, shape, dense):
+        ctx.save_for_backward(rows, cols, values, dense)
+        ctx.shape = shape
+        return _spmm(rows, cols, values, shape[0], dense)
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows, cols, values, dense = ctx.saved_tensors
+        grad_values = grad_dense = None
+        if ctx.needs_input_grad[4]:
+            grad_dense = _spmm(cols, rows, values, ctx.shape[1], grad.contiguous())
+        if ctx.needs_input_grad[2]:
+            # d out[r] / d values[k] = dense[cols[k]]: a dot product per nonzero (fixed tree).
+            grad_values = ops.sum(grad.index_select(0, rows) * dense.index_select(0, cols),
+                                  dim=1)
+        return None, None, grad_values, None, grad_dense
+
+
+def sparse_dense_matmul(sp_indices, sp_values, dense_shape, dense, adjoint_a=False,
+                        adjoint_b=False):
+    """tf.sparse.sparse_dense_matmul for a sparse matrix given as indices [nnz, 2] (row, column),
+    values [nnz] and dense_shape (rows, columns): A · B (A or B transposed with adjoint_a,
+    adjoint_b; real values). Differentiable in values and dense, deterministic."""
+    op = "sparse_dense_matmul"
+    sp_indices = _indices(sp_indices, op, "sp_indices")
+    values = _floating(sp_values, op, "sp_values")
+    dense = _floating(dense, op, "dense")
+    _same_dtype(op, values, dense, "dense")
+    shape = tuple(int(v) for v in dense_shape)
+    if len(shape) != 2 or sp_indices.dim() != 2 or sp_indices.shape[1] != 2 or \
+            tuple(values.shape) != (sp_indices.shape[0],):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: sp_indices {tuple(sp_indices.shape)} must be [nnz, 2], sp_values "
+            f"{tuple(values.shape)} [nnz] and dense_shape {shape} 2 sizes")
+    rows, cols = sp_indices[:, 0].contiguous(), sp_indices[:, 1].contiguous()
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= shape[0] or
+                         int(cols.min()) < 0 or int(cols.max()) >= shape[1]):
+        raise detcoll.InvalidArgumentError(f"{op}: an index lies outside dense_shape {shape}")
+    if adjoint_a:
+        rows, cols, shape = cols, rows, (shape[1], shape[0])
+    b = dense.transpose(0, 1) if adjoint_b else dense
+    if b.dim() != 2 or b.shape[0] != shape[1]:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: the sparse matrix is {shape} and the dense one {tuple(b.shape)}")
+    return _SparseDense.apply(rows, cols, values, shape, b)
