@@ -271,13 +271,30 @@ def max_unpool(input, indices, output_size):
         raise detcoll.InvalidArgumentError(
             f"{op}: an index is outside the {inner} positions of an output plane")
     dest = (flat + torch.arange(planes, device=x.device).unsqueeze(1) * inner).reshape(-1)
-    # A stable sort keeps the input's order among equal destinations; each run's last is written.
+    out = torch.zeros(planes * inner, dtype=x.dtype, device=x.device)
+    _write_last(out, dest, x.reshape(-1))
+    return out.reshape(lead + output_size)
+
+
+def _write_last(out, dest, values):
+    """out[dest[i]] = values[i], the last i where destinations repeat. Unique destinations (max
+    pooling's indices without overlapping windows) are written at once: a scatter of the
+    positions, read back, finds whether any repeats (only one of several can read back its own
+    position, whichever the scatter kept). Otherwise a stable sort keeps the input's order among
+    equal destinations and each run's last is written."""
+    wide = dest.numel() >= 2**31
+    position = torch.arange(dest.numel(), device=dest.device,
+                            dtype=torch.int64 if wide else torch.int32)
+    # Only the written entries are read back: the rest may stay uninitialized.
+    probe = torch.empty(out.shape, dtype=position.dtype, device=dest.device)
+    probe.scatter_(0, dest, position)
+    if bool((probe.index_select(0, dest) == position).all()):
+        out.index_copy_(0, dest, values)
+        return
     dest_sorted, order = torch.sort(dest, stable=True)
     last = torch.ones_like(dest_sorted, dtype=torch.bool)
     last[:-1] = dest_sorted[1:] != dest_sorted[:-1]
-    out = torch.zeros(planes * inner, dtype=x.dtype, device=x.device)
-    out.index_copy_(0, dest_sorted[last], x.reshape(-1)[order[last]])
-    return out.reshape(lead + output_size)
+    out.index_copy_(0, dest_sorted[last], values.index_select(0, order[last]))
 
 
 # ---- linear, bilinear, trilinear and bicubic interpolation ----
