@@ -4,8 +4,9 @@
 # then the GPU tests of that build (detcoll_gpu_tests: the ops, the reduction kernels, the device
 # pipeline, the random fills, NCCL at one rank, cuDNN, the fusion engine's device batches),
 # detcoll.torch on CUDA tensors (tests/python/test_torch_devices.py at one rank over NCCL and at
-# three ranks on the one GPU, staged through host memory) and the gradient-set benchmark
-# (scripts/torch_gpu_bench.py). Appends what ran and what it measured, with the date, the device
+# three ranks on the one GPU, staged through host memory), the gradient-set benchmark
+# (scripts/torch_gpu_bench.py), the op families on CUDA (tests/python/test_torch_families_cuda.py)
+# and their speed beside torch's CUDA kernels (scripts/torch_gpu_ops_bench.py). Appends what ran and what it measured, with the date, the device
 # and the commit, to docs/gpu-results.md (or the path given); logs go to $LOGS (default: the
 # build directory).
 #   scripts/device_torch_check.sh [OUT.md]
@@ -64,6 +65,13 @@ timeout 600 "${mpirun[@]}" -np 1 -x PYTHONPATH python3 scripts/torch_gpu_bench.p
   >"$logs/bench.log" 2>&1
 bench_rc=$?
 grep -q "| NO |" "$logs/bench.log" && bench_rc=1
+# The op families (no MPI): CUDA against the CPU's bits, and their speed beside torch's kernels.
+timeout 600 python3 -m pytest -q -p no:cacheprovider --color=no -rs \
+  tests/python/test_torch_families_cuda.py >"$logs/families.log" 2>&1
+families_rc=$?
+timeout 600 python3 scripts/torch_gpu_ops_bench.py >"$logs/ops_bench.log" 2>&1
+ops_rc=$?
+grep -q "| NO |" "$logs/ops_bench.log" && ops_rc=1
 
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 commit=${DETCOLL_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")}
@@ -96,7 +104,19 @@ summary() { grep -aE '(passed|failed|skipped|error)' "$1" | grep -aE ' in [0-9.]
   echo "### Gradient-set allreduce from CUDA tensors (exit status $bench_rc)"
   echo
   sed -n '/^device:/,$p' "$logs/bench.log"
+  echo
+  echo "### tests/python/test_torch_families_cuda.py (exit status $families_rc)"
+  echo
+  echo '```'
+  summary "$logs/families.log"
+  echo '```'
+  echo
+  echo "### The op families beside torch's CUDA kernels: scripts/torch_gpu_ops_bench.py (exit" \
+    "status $ops_rc)"
+  echo
+  sed -n '/^device:/,$p' "$logs/ops_bench.log"
 } >>"$out"
 echo "appended to $out"
 tail -30 "$out"
-[ "$tests_rc" -eq 0 ] && [ "$np1_rc" -eq 0 ] && [ "$np3_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+[ "$tests_rc" -eq 0 ] && [ "$np1_rc" -eq 0 ] && [ "$np3_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] \
+  && [ "$families_rc" -eq 0 ] && [ "$ops_rc" -eq 0 ]

@@ -16,14 +16,14 @@ aten = torch.ops.aten
 UNPATCHED = ("crop_and_resize", "sparse_dense_matmul")
 
 
-def _wide(shape, g):
+def _wide_on(shape, g, device="cpu"):
     n = 1
     for s in shape:
         n *= s
     mantissa = torch.rand(n, generator=g, dtype=torch.float64) + 1.0
     exponent = torch.randint(-4, 5, (n,), generator=g).double()
     sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double()
-    return (sign * mantissa * torch.pow(2.0, exponent)).float().reshape(shape)
+    return (sign * mantissa * torch.pow(2.0, exponent)).float().reshape(shape).to(device)
 
 
 def _grads(fn, *inputs):
@@ -35,8 +35,16 @@ def _grads(fn, *inputs):
     return run
 
 
-def cases(g):
+def cases(g, device="cpu"):
+    """(label, detcoll's call, PyTorch's call) for each row, its tensors on `device`."""
     out = []
+
+    def _wide(shape, gen):
+        return _wide_on(shape, gen, device)
+
+    def on(t):
+        return t.to(device)
+
     x = _wide((16, 32, 56, 56), g)
     up = _wide((16, 32, 62, 62), g)
     out.append(("reflection_pad2d backward, [16, 32, 56, 56] +3",
@@ -89,7 +97,7 @@ def cases(g):
                 lambda: ops.upsample_backward(cup, [56, 56], small.shape, False, mode="bicubic"),
                 lambda: aten.upsample_bicubic2d_backward(cup, [56, 56], list(small.shape),
                                                          False)))
-    grid = torch.rand(16, 56, 56, 2, generator=g) * 2.2 - 1.1
+    grid = on(torch.rand(16, 56, 56, 2, generator=g) * 2.2 - 1.1)
     gup = _wide((16, 32, 56, 56), g)
     out.append(("grid_sample backward, [16, 32, 56, 56] bilinear",
                 lambda: torch.cat([t.reshape(-1) for t in ops.grid_sampler_backward(
@@ -97,32 +105,32 @@ def cases(g):
                 lambda: torch.cat([t.reshape(-1) for t in aten.grid_sampler_2d_backward(
                     gup, x, grid, 0, 0, False, [True, True])])))
     steps, batch, classes, length = 100, 16, 30, 30
-    logp = torch.randn(steps, batch, classes, generator=g).log_softmax(2)
-    targets = torch.randint(1, classes, (batch, length), generator=g)
+    logp = on(torch.randn(steps, batch, classes, generator=g).log_softmax(2))
+    targets = on(torch.randint(1, classes, (batch, length), generator=g))
     lengths = [steps] * batch
     tlen = [length - (b % 5) for b in range(batch)]
     nll, alpha = aten._ctc_loss(logp, targets, lengths, tlen, 0, False)
-    ones = torch.ones(batch)
+    ones = on(torch.ones(batch))
     out.append(("ctc_loss backward, T 100, batch 16, 30 classes",
                 lambda: ops.ctc_loss_backward(ones, logp, targets, lengths, tlen, nll, alpha, 0),
                 lambda: aten._ctc_loss_backward(ones, logp, targets, lengths, tlen, nll, alpha,
                                                 0)))
     rows = _wide((200000, 64), g)
-    picks = torch.randint(0, 1000, (200000,), generator=g)
-    table = torch.zeros(1000, 64)
+    picks = on(torch.randint(0, 1000, (200000,), generator=g))
+    table = on(torch.zeros(1000, 64))
     out.append(("index_put_ accumulate, 2e+05 rows x 64 -> 1000",
                 lambda: ops.index_put_(table.clone(), [picks], rows, True),
                 lambda: aten.index_put_(table.clone(), [picks], rows, True)))
     flat = _wide((10**6,), g)
-    spots = torch.randint(0, 10**5, (10**6,), generator=g)
+    spots = on(torch.randint(0, 10**5, (10**6,), generator=g))
     out.append(("put_ accumulate, 1e+06 -> 1e5",
-                lambda: ops.put_(torch.zeros(10**5), spots, flat, True),
-                lambda: torch.zeros(10**5).put_(spots, flat, accumulate=True)))
+                lambda: ops.put_(on(torch.zeros(10**5)), spots, flat, True),
+                lambda: on(torch.zeros(10**5)).put_(spots, flat, accumulate=True)))
     out.append(("histc, 1e+06 values, 100 bins",
                 lambda: ops.histc(flat, 100, -8, 8), lambda: torch.histc(flat, 100, -8, 8)))
     weight = _wide((30000, 64), g)
-    ids = torch.randint(0, 30000, (16 * 10**4,), generator=g)
-    offsets = torch.arange(0, ids.numel(), 16)
+    ids = on(torch.randint(0, 30000, (16 * 10**4,), generator=g))
+    offsets = on(torch.arange(0, ids.numel(), 16))
     _, offset2bag, bag_size, maxima = aten._embedding_bag(weight, ids, offsets, False, 2)
     bgrad = _wide((10**4, 64), g)
     out.append(("embedding_bag(max) backward, 1e+04 bags of 16",
@@ -131,11 +139,11 @@ def cases(g):
                 lambda: aten._embedding_bag_dense_backward(bgrad, ids, offset2bag, bag_size,
                                                            maxima, 30000, False, 2, None)))
     images = _wide((8, 64, 64, 16), g)
-    boxes = torch.rand(256, 4, generator=g) * 0.8 + 0.1
+    boxes = on(torch.rand(256, 4, generator=g) * 0.8 + 0.1)
     boxes = torch.cat([boxes[:, :2].minimum(boxes[:, 2:]), boxes[:, :2].maximum(boxes[:, 2:])],
                       1)
-    owners = torch.randint(0, 8, (256,), generator=g)
-    k = torch.linspace(0, 1, 14)
+    owners = on(torch.randint(0, 8, (256,), generator=g))
+    k = on(torch.linspace(0, 1, 14))
     # The same points as a grid for F.grid_sample (align_corners: -1 .. 1 spans the pixels).
     ys = boxes[:, 0:1] + (boxes[:, 2:3] - boxes[:, 0:1]) * k
     xs = boxes[:, 1:2] + (boxes[:, 3:4] - boxes[:, 1:2]) * k
@@ -146,8 +154,8 @@ def cases(g):
                 _grads(lambda i, b: F.grid_sample(i.permute(0, 3, 1, 2)[owners], b,
                                                   align_corners=True), images, sample_grid)))
     nnz = 10**6
-    coords = torch.stack([torch.randint(0, 10**4, (nnz,), generator=g),
-                          torch.randint(0, 10**4, (nnz,), generator=g)], 1)
+    coords = on(torch.stack([torch.randint(0, 10**4, (nnz,), generator=g),
+                             torch.randint(0, 10**4, (nnz,), generator=g)], 1))
     values = _wide((nnz,), g)
     dense = _wide((10**4, 32), g)
     out.append(("sparse_dense_matmul fwd+bwd, 1e+06 nnz x 32",
