@@ -180,8 +180,10 @@ def check_torch_determinism(ctx):
              "off, cuDNN may pick convolution kernels whose accumulation order varies",
              "torch.backends.cudnn.deterministic = True"))):
         yield finding(source, setting, value, OK if value == good else bad, why, fix)
-    replaced = hvd.patch_state()["replaced"]
-    unpatched = [name for name in PATCHABLE if f"aten::{name} on cuda" not in replaced]
+    state = hvd.patch_state()
+    replaced, absent = state["replaced"], set(state["absent"])
+    unpatched = [name for name in PATCHABLE if f"aten::{name} on cuda" not in replaced
+                 and f"aten::{name}" not in absent]
     yield finding("detcoll-patch", "detcoll.torch.patch_state()",
                   ", ".join(replaced) if replaced else "not patched",
                   OK if not unpatched else cuda_risk, "unpatched, torch's CUDA kernels of these "

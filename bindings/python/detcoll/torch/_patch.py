@@ -247,26 +247,33 @@ def _overload(name):
     return getattr(getattr(torch.ops.aten, base), overload or "default")
 
 
-def _checked_ops(names):
-    """The entries of PATCHABLE named, after their schemas are compared with this torch's."""
+def _checked_ops(names, every):
+    """The entries of PATCHABLE named, after their schemas are compared with this torch's. With
+    `every` (patch() named no ops), an operator this torch lacks is left out: nothing can call
+    it (torch 2 dropped the .vec overloads of the upsampling backward, which torch 1.13 calls).
+    A named one it lacks, and any whose schema differs, refuse the whole patch."""
     unknown = [n for n in names if n not in PATCHABLE]
     if unknown:
         raise detcoll.InvalidArgumentError(
             f"detcoll.torch.patch: no deterministic kernel for {', '.join(unknown)}; it covers "
             f"{', '.join(PATCHABLE)}")
+    present = []
     for name in names:
         expected = PATCHABLE[name][0]
         try:
             found = _normalized(_overload(name)._schema)
         except (AttributeError, RuntimeError):
             found = None
+        if found is None and every:
+            continue
         if found != expected:
             raise detcoll.InvalidArgumentError(
                 f"detcoll.torch.patch: torch {torch.__version__} "
                 + (f"has no operator aten::{name}" if found is None else
                    f"declares {found}")
                 + f", but detcoll's kernel was written for {expected}; nothing was patched")
-    return names
+        present.append(name)
+    return present
 
 
 def _counted(name, fn, calls):
@@ -280,17 +287,18 @@ def _counted(name, fn, calls):
 def patch(devices=("cuda",), ops=None):  # noqa: A002 (the ops it patches)
     """Registers detcoll's deterministic kernels in place of torch's for `devices` ("cuda", the
     default: where torch's accumulate with atomicAdd; "cpu" too, for tests) and `ops` (names of
-    PATCHABLE; None: all). Returns the list of "aten::<op> on <device>" replaced. A second
-    patch() without an unpatch() between refuses."""
+    PATCHABLE; None: all that this torch has). Returns the list of "aten::<op> on <device>"
+    replaced. A second patch() without an unpatch() between refuses."""
     devices = (devices,) if isinstance(devices, str) else tuple(dict.fromkeys(devices))
     bad = [d for d in devices if d not in _DISPATCH_KEYS]
     if bad or not devices:
         raise detcoll.InvalidArgumentError(
             f"detcoll.torch.patch: devices must be among {', '.join(_DISPATCH_KEYS)}, got "
             f"{devices!r}")
-    if ops is None:
+    every = ops is None
+    if every:
         ops = list(PATCHABLE)
-    names = _checked_ops(list(dict.fromkeys([ops] if isinstance(ops, str) else ops)))
+    names = _checked_ops(list(dict.fromkeys([ops] if isinstance(ops, str) else ops)), every)
     with _lock:
         if _state["library"] is not None:
             raise detcoll.InvalidArgumentError(
@@ -352,6 +360,16 @@ def patched(devices=("cuda",), ops=None):  # noqa: A002
 
 
 def patch_state():
-    """What is patched now, and how many times each kernel ran since the last patch()."""
+    """What is patched now, how many times each kernel ran since the last patch(), and the
+    operators of PATCHABLE this torch does not have (left out)."""
     with _lock:
-        return {"replaced": list(_state["replaced"]), "calls": dict(_state["calls"])}
+        return {"replaced": list(_state["replaced"]), "calls": dict(_state["calls"]),
+                "absent": [f"aten::{name}" for name in PATCHABLE if not _exists(name)]}
+
+
+def _exists(name):
+    try:
+        _overload(name)
+        return True
+    except (AttributeError, RuntimeError):
+        return False
