@@ -307,11 +307,11 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
     with hvd.patched(devices=("cpu",)):
         on_host = step("cpu")
     for name in ("embedding_dense_backward", "max_pool2d_with_indices_backward", "index_add_",
-                 "scatter_add", "bincount", "nll_loss_forward", "kthvalue", "median.dim",
-                 "upsample_nearest2d_backward.vec"):
+                 "scatter_add", "bincount", "nll_loss_forward", "kthvalue", "median.dim"):
         assert calls.get(name, 0) >= 1, (name, calls)
-    assert calls.get("upsample_bilinear2d_backward", 0) + calls.get(
-        "upsample_bilinear2d_backward.vec", 0) >= 1
+    # torch 1.13's autograd calls the .vec overloads; torch 2 has only the others.
+    for name in ("upsample_bilinear2d_backward", "upsample_nearest2d_backward"):
+        assert calls.get(name, 0) + calls.get(f"{name}.vec", 0) >= 1, (name, calls)
     for i, (dev, host) in enumerate(zip(on_device, on_host)):
         assert dev.is_cuda and same(dev, host), f"output {i}"
 
