@@ -240,3 +240,30 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(detcoll.InvalidArgumentError, match="outside the 4 weights"):
         ops.embedding_bag_dense_backward(grad, maxima, maxima, torch.ones(2, dtype=torch.int64),
                                          maxima + 4, 4, False, 2)
+
+
+def test_index_select_and_repeat_interleave_backward_run_index_add():
+    # Their backward is index_add (torch's formula), which patch() replaces.
+    gen = torch.Generator().manual_seed(8)
+    x = wide(gen, (9, 6), torch.float32)
+    picks = torch.randint(0, 9, (200,), generator=gen)
+    repeats = torch.randint(0, 5, (9,), generator=gen)
+    up_select = wide(gen, (200, 6), torch.float32)
+    up_repeat = wide(gen, (int(repeats.sum()), 6), torch.float32)
+
+    def gradients():
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        a.index_select(0, picks).backward(up_select)
+        b.repeat_interleave(repeats, dim=0).backward(up_repeat)
+        return a.grad, b.grad
+
+    theirs = gradients()
+    with dt.patched(devices=("cpu",)):
+        ours = gradients()
+        calls = dt.patch_state()["calls"]
+    assert calls.get("index_add_", 0) + calls.get("index_add", 0) >= 2, calls
+    expected = ops.index_add(torch.zeros(9, 6), 0, picks, up_select)
+    assert torch.equal(bits(ours[0]), bits(expected))
+    assert torch.equal(bits(ours[0]), bits(theirs[0]))     # torch's CPU loop: the same order
+    rows = torch.repeat_interleave(torch.arange(9), repeats)
+    assert torch.equal(bits(ours[1]), bits(ops.index_add(torch.zeros(9, 6), 0, rows, up_repeat)))
