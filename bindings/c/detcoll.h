@@ -337,6 +337,18 @@ DETCOLL_API detcoll_status_t detcoll_embedding_bag_backward(
 DETCOLL_API detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_t dtype,
                                               const int64_t* input, int64_t count,
                                               const void* weights, int64_t minlength);
+/* The adjoint of a weighted gather, plane by plane: the backward of padding, pooling,
+ * interpolation and grid sampling, whose forward reads input position destination[s] into output
+ * position rows[s] with weight weights[s]. out [planes, out_inner] (overwritten) and values
+ * [planes, values_inner], floating point; out[p][d] = the sum, over the sources s with
+ * destination[s] = d in increasing s, of weights[s] * values[p][rows[s]] (rows NULL: s; weights
+ * NULL: 1), in the accumulation type, rounded once. weights are in the accumulation type: float
+ * for float32, float16 and bfloat16, double for float64. */
+DETCOLL_API detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
+                                                      detcoll_dtype_t dtype,
+                                                      const int64_t* destination, int64_t n,
+                                                      const void* values, int64_t values_inner,
+                                                      const int64_t* rows, const void* weights);
 
 /* Sums with a fixed tree (README, "Deterministic ops"): out has in's shape without the axes
  * (naxes of them, negative from the end). bias_add_grad sums every axis but the channel axis:

@@ -260,6 +260,36 @@ detcoll_status_t detcoll_embedding_bag_backward(void* grad_weight, int64_t num_w
   return finish(status);
 }
 
+detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
+                                          detcoll_dtype_t dtype, const int64_t* destination,
+                                          int64_t n, const void* values, int64_t values_inner,
+                                          const int64_t* rows, const void* weights) {
+  const char* op = "weighted_scatter";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op,
+                     {{out, "out"},
+                      {destination, "destination"},
+                      {values, "values"},
+                      {rows, "rows"},
+                      {weights, "weights"}},
+                     &device);
+  }
+  if (status.isOk()) {
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(weightedScatter(out, planes, out_inner, type, destination, n,
+                                                   values, values_inner, rows, weights, stream)),
+                 [&] {
+                   return kernels::ops::weightedScatter(out, planes, out_inner, type, destination,
+                                                        n, values, values_inner, rows, weights,
+                                                        g_opsThreads);
+                 });
+  }
+  return finish(status);
+}
+
 detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_t dtype,
                                   const int64_t* input, int64_t count, const void* weights,
                                   int64_t minlength) {

@@ -131,4 +131,29 @@ Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count) {
   return Status::ok();
 }
 
+Status checkWeightedScatter(const char* op, const void* out, int64_t planes, int64_t outInner,
+                            DataType type, const int64_t* destination, int64_t n,
+                            const void* values, int64_t valuesInner, const int64_t* rows) {
+  if (planes < 0 || outInner < 0 || n < 0 || valuesInner < 0) {
+    return Status::invalidArgument(std::string(op) + ": negative size");
+  }
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(std::string(op) + ": dtype " + dataTypeName(type) +
+                                   "; floating point only");
+  }
+  if (rows == nullptr && valuesInner < n) {
+    return Status::invalidArgument(std::string(op) + ": " + std::to_string(n) +
+                                   " sources read in place from planes of " +
+                                   std::to_string(valuesInner) + " values");
+  }
+  const char* missing = (planes > 0 && outInner > 0 && out == nullptr) ? "out"
+                        : (n > 0 && destination == nullptr)           ? "destination"
+                        : (planes > 0 && n > 0 && values == nullptr)  ? "values"
+                                                                      : nullptr;
+  if (missing != nullptr) {
+    return Status::invalidArgument(std::string(op) + ": " + missing + " is null");
+  }
+  return Status::ok();
+}
+
 }  // namespace detcoll::kernels::ops

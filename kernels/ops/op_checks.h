@@ -43,4 +43,11 @@ Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t
 // embedding_bag's offsets: 0 = offsets[0] <= offsets[1] <= ... <= count (host memory).
 Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count);
 
+// weighted_scatter, before the indices are read: sizes that are not negative, a floating dtype,
+// without rows planes of values holding every source, and no null buffer that is read or
+// written.
+Status checkWeightedScatter(const char* op, const void* out, int64_t planes, int64_t outInner,
+                            DataType type, const int64_t* destination, int64_t n,
+                            const void* values, int64_t valuesInner, const int64_t* rows);
+
 }  // namespace detcoll::kernels::ops

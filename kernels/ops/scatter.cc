@@ -232,4 +232,31 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
       .prefixed(op);
 }
 
+Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
+                       const int64_t* destination, int64_t n, const void* values,
+                       int64_t valuesInner, const int64_t* rows, const void* weights, int threads) {
+  const char* op = "weighted_scatter";
+  DETCOLL_RETURN_IF_ERROR(checkWeightedScatter(op, out, planes, outInner, type, destination, n,
+                                               values, valuesInner, rows));
+  DETCOLL_RETURN_IF_ERROR(checkSegments(destination, n, outInner, "destination").prefixed(op));
+  if (rows != nullptr) {
+    DETCOLL_RETURN_IF_ERROR(checkSegments(rows, n, valuesInner, "rows").prefixed(op));
+  }
+  SegmentSources in;
+  in.type = type;
+  in.rowStride = 1;
+  in.rows = rows;
+  in.weights = weights;
+  in.weightType = type == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
+  const size_t size = dataTypeSize(type);
+  for (int64_t p = 0; p < planes; ++p) {
+    in.values = static_cast<const char*>(values) + p * valuesInner * size;
+    void* plane = static_cast<char*>(out) + p * outInner * size;
+    DETCOLL_RETURN_IF_ERROR(scatterReduce(destination, n, outInner, Skip{}, in,
+                                          SegmentOutput{plane, 1, 1, SegmentInit::kZero}, threads)
+                                .prefixed(op));
+  }
+  return Status::ok();
+}
+
 }  // namespace detcoll::kernels::ops

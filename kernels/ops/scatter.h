@@ -63,4 +63,15 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
 Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
                 const void* weights, int64_t minlength, int threads);
 
+// The adjoint of a weighted gather, plane by plane (the backward of padding, pooling,
+// interpolation and grid sampling, whose forward reads input position destination[s] into output
+// position rows[s] with weight weights[s]): out is [planes, outInner] and values [planes,
+// valuesInner]; out[p][d] = the sum, over the sources s = 0 .. n - 1 with destination[s] = d in
+// increasing s, of weights[s] * values[p][rows[s]] (rows null: s; weights null: 1), from 0, in
+// the accumulation type, rounded once. weights are in the accumulation type (float for float32,
+// float16 and bfloat16, double for float64). Floating-point dtypes only.
+Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
+                       const int64_t* destination, int64_t n, const void* values,
+                       int64_t valuesInner, const int64_t* rows, const void* weights, int threads);
+
 }  // namespace detcoll::kernels::ops

@@ -192,6 +192,36 @@ TEST(OpsGpu, IndexAddSegmentsEmbeddingsBincount) {
   }
 }
 
+TEST(OpsGpu, WeightedScatterPlanesRowsAndWeights) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  for (DataType t : testing::kFloatTypes) {
+    // The backward of a 3x3 window over 64 planes of 56 x 56: 9 taps per output position.
+    const int64_t planes = 64, outInner = 56 * 56, valuesInner = 28 * 28, n = 9 * valuesInner;
+    const std::vector<int64_t> destination = opIndices(n, 0, outInner, 51),
+                               rows = opIndices(n, 0, valuesInner, 52);
+    const Bytes values = opValues(t, planes * valuesInner, 53);
+    const Bytes weights =
+        opValues(t == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32, n, 54);
+    for (int variant = 0; variant < 2; ++variant) {
+      const bool weighted = variant == 0;
+      Bytes cpu(planes * outInner * dataTypeSize(t));
+      ASSERT_TRUE(weightedScatter(cpu.data(), planes, outInner, t, destination.data(), n,
+                                  values.data(), valuesInner, rows.data(),
+                                  weighted ? weights.data() : nullptr, 0)
+                      .isOk());
+      Device out(Bytes(cpu.size())), dDestination(destination), dRows(rows), dValues(values),
+          dWeights(weights);
+      for (int run = 0; run < 2; ++run) {
+        ASSERT_TRUE(device::weightedScatter(out.get(), planes, outInner, t, dDestination.ints(),
+                                            n, dValues.get(), valuesInner, dRows.ints(),
+                                            weighted ? dWeights.get() : nullptr, nullptr)
+                        .isOk());
+        expectSame(out.bytes(), cpu, t, "weighted_scatter run " + std::to_string(run));
+      }
+    }
+  }
+}
+
 TEST(OpsGpu, SumsAndBiasGradients) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
   for (DataType t : testing::kAllTypes) {

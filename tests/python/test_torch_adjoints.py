@@ -394,3 +394,29 @@ def test_an_unchanged_model_runs_the_new_kernels_and_unpatch_restores_torchs():
     assert torch.equal(bits(during[5]), bits(table))
     # The trilinear backward's bits differ from torch's fused multiply-adds: the patch ran.
     assert not torch.equal(bits(during[3]), bits(before[3]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_weighted_scatter_is_the_loop(dtype):
+    gen = torch.Generator().manual_seed(31)
+    planes, values_inner, out_inner, n = 3, 40, 11, 300
+    values = wide(gen, (planes, values_inner), dtype)
+    destination = torch.randint(0, out_inner, (n,), generator=gen)
+    rows = torch.randint(0, values_inner, (n,), generator=gen)
+    accumulation = torch.float64 if dtype == torch.float64 else torch.float32
+    weights = wide(gen, (n,), accumulation)
+    ours = ops.weighted_scatter(values, destination, out_inner, rows, weights)
+    expected = torch.zeros(planes, out_inner, dtype=accumulation)
+    for s in range(n):   # in the accumulation type, the product rounded, then the sum
+        expected[:, destination[s]] += weights[s] * values[:, rows[s]].to(accumulation)
+    assert torch.equal(bits(ours), bits(expected.to(dtype)))
+    with pytest.raises(detcoll.InvalidArgumentError, match=f"weights must be {n} values of "):
+        ops.weighted_scatter(values, destination, out_inner, rows, weights.to(dtype).half())
+    with pytest.raises(detcoll.InvalidArgumentError, match="2 rows for 300 sources"):
+        ops.weighted_scatter(values, destination, out_inner, rows[:2], weights)
+    with pytest.raises(detcoll.InvalidArgumentError,
+                       match=r"destination\[0\] = .* is out of range \[0, 0\)"):
+        ops.weighted_scatter(values, destination, 0, rows, weights)
+    with pytest.raises(detcoll.InvalidArgumentError, match="300 sources read in place from "
+                                                           "planes of 40 values"):
+        ops.weighted_scatter(values, destination, out_inner)

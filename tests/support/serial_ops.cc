@@ -59,6 +59,14 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
   return bodies::bincount(e, out, outLength, type, input, count, weights, minlength);
 }
 
+Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
+                       const int64_t* destination, int64_t n, const void* values,
+                       int64_t valuesInner, const int64_t* rows, const void* weights) {
+  SerialExecutor e;
+  return bodies::weightedScatter(e, out, planes, outInner, type, destination, n, values,
+                                 valuesInner, rows, weights);
+}
+
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out) {
   SerialExecutor e;

@@ -37,6 +37,9 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
                             bool mean, const void* perSampleWeights, int64_t paddingIdx);
 Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
                 const void* weights, int64_t minlength);
+Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
+                       const int64_t* destination, int64_t n, const void* values,
+                       int64_t valuesInner, const int64_t* rows, const void* weights);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

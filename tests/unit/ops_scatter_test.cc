@@ -225,6 +225,70 @@ TEST(Bincount, WeightsAndCounts) {
       << s.message();
 }
 
+TEST(WeightedScatter, PlanesRowsAndWeightsMatchTheLoop) {
+  std::mt19937_64 g(31);
+  const int64_t planes = 3, outInner = 17, valuesInner = 400, n = 300;
+  const std::vector<int64_t> destination = indices(n, outInner, g), rows = indices(n, 40, g);
+  const std::vector<float> values = testing::wideFloats(planes * valuesInner, g),
+                           weights = testing::wideFloats(n, g);
+  for (int variant = 0; variant < 4; ++variant) {  // rows and weights, either, neither
+    const bool gathered = variant % 2 == 0, weighted = variant < 2;
+    std::vector<float> expected(planes * outInner, 0.0f);
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t s = 0; s < n; ++s) {
+        const float v = values[p * valuesInner + (gathered ? rows[s] : s)];
+        float& out = expected[p * outInner + destination[s]];
+        out = weighted ? out + weights[s] * v : out + v;
+      }
+    }
+    for (int threads : {1, 2}) {
+      std::vector<float> out(planes * outInner, 3.0f);
+      ASSERT_TRUE(weightedScatter(out.data(), planes, outInner, DataType::kFloat32,
+                                  destination.data(), n, values.data(), valuesInner,
+                                  gathered ? rows.data() : nullptr,
+                                  weighted ? weights.data() : nullptr, threads)
+                      .isOk());
+      EXPECT_TRUE(sameBits(out, expected)) << "variant " << variant << ", threads " << threads;
+    }
+  }
+  // float64 takes double weights.
+  std::vector<double> wide(planes * valuesInner), w(n), expected(planes * outInner, 0.0);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = values[i] * 1.000000119;
+  for (int64_t s = 0; s < n; ++s) w[s] = weights[s] / 3.0;
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t s = 0; s < n; ++s) {
+      double& out = expected[p * outInner + destination[s]];
+      out = out + w[s] * wide[p * valuesInner + rows[s]];
+    }
+  }
+  std::vector<double> out(planes * outInner);
+  ASSERT_TRUE(weightedScatter(out.data(), planes, outInner, DataType::kFloat64, destination.data(),
+                              n, wide.data(), valuesInner, rows.data(), w.data(), 1)
+                  .isOk());
+  EXPECT_EQ(std::memcmp(out.data(), expected.data(), out.size() * sizeof(double)), 0);
+}
+
+TEST(WeightedScatter, BadInputIsNamedAndTheOutputIsUntouched) {
+  std::vector<int64_t> destination{0, 4, 2, 5}, rows{0, 1, 9, 2};
+  const std::vector<float> values(20, 1.0f);
+  std::vector<float> out(10, 7.0f);
+  auto call = [&](const int64_t* d, const int64_t* r, int64_t valuesInner, DataType t) {
+    return weightedScatter(out.data(), 2, 5, t, d, 4, values.data(), valuesInner, r, nullptr, 1)
+        .message();
+  };
+  EXPECT_EQ(call(destination.data(), nullptr, 10, DataType::kFloat32),
+            "weighted_scatter: destination[3] = 5 is out of range [0, 5)");
+  destination[3] = 1;
+  EXPECT_EQ(call(destination.data(), rows.data(), 9, DataType::kFloat32),
+            "weighted_scatter: rows[2] = 9 is out of range [0, 9)");
+  EXPECT_EQ(call(destination.data(), nullptr, 3, DataType::kFloat32),
+            "weighted_scatter: 4 sources read in place from planes of 3 values");
+  EXPECT_EQ(call(destination.data(), nullptr, 10, DataType::kInt32),
+            "weighted_scatter: dtype int32; floating point only");
+  EXPECT_EQ(call(nullptr, nullptr, 10, DataType::kFloat32), "weighted_scatter: destination is null");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 7.0f; }));
+}
+
 TEST(ScatterChecks, ShapesAndIndicesAreNamedAndTheOutputIsUntouched) {
   std::vector<float> self(12, 1.0f), src(12, 2.0f);
   const std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};

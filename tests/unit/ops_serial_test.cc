@@ -156,6 +156,49 @@ TEST(SerialEmbeddingBag, SumMeanAndPerSampleWeights) {
   }
 }
 
+TEST(SerialWeightedScatter, PlanesRowsAndWeights) {
+  for (DataType t : testing::kFloatTypes) {
+    const int64_t planes = 4, outInner = 23, valuesInner = 500, n = 450;
+    const std::vector<int64_t> destination = opIndices(n, 0, outInner, 41),
+                               rows = opIndices(n, 0, 60, 42);
+    const Bytes values = opValues(t, planes * valuesInner, 43);
+    // Weights in the accumulation type: double for float64, float otherwise.
+    const DataType wt = t == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
+    const Bytes weights = opValues(wt, n, 44);
+    for (int variant = 0; variant < 4; ++variant) {
+      const int64_t* r = variant % 2 == 0 ? rows.data() : nullptr;
+      const void* w = variant < 2 ? weights.data() : nullptr;
+      Bytes serial(planes * outInner * dataTypeSize(t), 0xab), reference = serial;
+      ASSERT_TRUE(testing::serial::weightedScatter(serial.data(), planes, outInner, t,
+                                                   destination.data(), n, values.data(),
+                                                   valuesInner, r, w)
+                      .isOk());
+      ASSERT_TRUE(weightedScatter(reference.data(), planes, outInner, t, destination.data(), n,
+                                  values.data(), valuesInner, r, w, 2)
+                      .isOk());
+      expectSame(serial, reference, t, "weighted_scatter variant " + std::to_string(variant));
+    }
+    // The same words for the same bad input.
+    std::vector<int64_t> bad = destination;
+    bad[17] = outInner;
+    Bytes a(planes * outInner * dataTypeSize(t)), b = a;
+    expectSameError(testing::serial::weightedScatter(a.data(), planes, outInner, t, bad.data(), n,
+                                                     values.data(), valuesInner, rows.data(),
+                                                     nullptr),
+                    weightedScatter(b.data(), planes, outInner, t, bad.data(), n, values.data(),
+                                    valuesInner, rows.data(), nullptr, 1),
+                    "weighted_scatter destination");
+    std::vector<int64_t> badRows = rows;
+    badRows[5] = -1;
+    expectSameError(testing::serial::weightedScatter(a.data(), planes, outInner, t,
+                                                     destination.data(), n, values.data(),
+                                                     valuesInner, badRows.data(), nullptr),
+                    weightedScatter(b.data(), planes, outInner, t, destination.data(), n,
+                                    values.data(), valuesInner, badRows.data(), nullptr, 1),
+                    "weighted_scatter rows");
+  }
+}
+
 TEST(SerialBincount, WeightsAndCounts) {
   const std::vector<int64_t> input = opIndices(3000, 0, 50, 17);
   for (DataType t : testing::kAllTypes) {

@@ -338,4 +338,48 @@ Status bincount(E& e, void* out, int64_t* outLength, DataType type, const int64_
   return segments(e, job).prefixed(op);
 }
 
+// weightedScatter (scatter.h): the planes are the segment engine's outer slices; destination and
+// rows are checked in the CPU reference's order.
+template <typename E>
+Status weightedScatter(E& e, void* out, int64_t planes, int64_t outInner, DataType type,
+                       const int64_t* destination, int64_t n, const void* values,
+                       int64_t valuesInner, const int64_t* rows, const void* weights) {
+  const char* op = "weighted_scatter";
+  DETCOLL_RETURN_IF_ERROR(checkWeightedScatter(op, out, planes, outInner, type, destination, n,
+                                               values, valuesInner, rows));
+  const struct {
+    const int64_t* array;
+    int64_t limit;
+    const char* what;
+  } checks[] = {{destination, outInner, "destination"}, {rows, valuesInner, "rows"}};
+  for (const auto& check : checks) {
+    if (check.array == nullptr || n == 0) continue;
+    int64_t failed = kNoFailure;
+    DETCOLL_RETURN_IF_ERROR(runCheck(
+        e, n, [&](int64_t* bad) { return RangeCheckBody{check.array, check.limit, Skip{}, bad}; },
+        &failed));
+    if (failed != kNoFailure) {
+      return outOfRange(check.what, failed, readIndex(e, check.array, failed), check.limit)
+          .prefixed(op);
+    }
+  }
+  SegmentJob job;
+  job.destination = destination;
+  job.n = n;
+  job.destinations = outInner;
+  job.what = "destination";
+  job.values = values;
+  job.type = type;
+  job.rowStride = 1;
+  job.rows = rows;
+  job.weights = weights;
+  job.out = out;
+  job.outRowStride = 1;
+  job.columns = 1;
+  job.slices = planes;
+  job.valuesOuter = valuesInner;
+  job.outOuter = outInner;
+  return segments(e, job).prefixed(op);
+}
+
 }  // namespace detcoll::kernels::ops::bodies

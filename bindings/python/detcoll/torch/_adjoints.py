@@ -17,7 +17,9 @@ import torch
 
 import detcoll
 from detcoll.torch import _gathers, ops
+from detcoll import _detcoll
 from detcoll.torch._op_args import _floating, _indices, _values
+from detcoll.torch._tensors import DTYPES
 
 
 def _sizes(values, count, op, what):
@@ -57,20 +59,60 @@ def _grid(axes):
     return linear, weight, valid
 
 
-def _add_back(grad, input_size, spatial, linear, src, valid=None):
-    """The input's gradient: src [planes, outputs * taps] added into the taps' linear positions
-    (outputs * taps, the same in every plane) in that order, from zero; taps where valid is False
-    add nothing."""
+def weighted_scatter(values, destination, out_inner, rows=None, weights=None):
+    """detcoll_weighted_scatter: out [planes, out_inner] with out[p][destination[s]] += weights[s]
+    · values[p][rows[s]] over the sources s in increasing order, from zero (rows None: s;
+    weights None: 1). values [planes, values_inner], floating point; weights in the accumulation
+    type (float32 for float32, float16 and bfloat16, float64 for float64)."""
+    op = "weighted_scatter"
+    v = _floating(values, op, "values")
+    if v.dim() != 2:
+        raise detcoll.InvalidArgumentError(f"{op}: values must be [planes, inner], got "
+                                           f"{tuple(v.shape)}")
+    destination = _indices(destination, op, "destination").reshape(-1)
+    n = destination.numel()
+    if rows is not None:
+        rows = _indices(rows, op, "rows").reshape(-1)
+        if rows.numel() != n:
+            raise detcoll.InvalidArgumentError(f"{op}: {rows.numel()} rows for {n} sources")
+    if weights is not None:
+        accumulation = torch.float64 if v.dtype == torch.float64 else torch.float32
+        weights = _floating(weights, op, "weights").reshape(-1)
+        if weights.dtype != accumulation or weights.numel() != n:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: weights must be {n} values of {accumulation}, got {weights.numel()} of "
+                f"{weights.dtype}")
+    out = torch.empty(v.shape[0], int(out_inner), dtype=v.dtype, device=v.device)
+    _detcoll.weighted_scatter(out.data_ptr(), v.shape[0], int(out_inner), DTYPES[v.dtype],
+                              destination.data_ptr(), n, v.data_ptr(), v.shape[1],
+                              0 if rows is None else rows.data_ptr(),
+                              0 if weights is None else weights.data_ptr())
+    return out
+
+
+def _add_back(grad, input_size, spatial, linear, values, valid=None, weights=None):
+    """The input's gradient through weighted_scatter: tap t of output position o (linear
+    [outputs, taps], the same in every plane) adds weights[o, t] (None: 1) times values[:, o]
+    (values [planes, outputs]; with taps of 1 and no weights it may also be [planes, outputs ×
+    taps], one value per tap) into its linear input position, taps in that order; taps where
+    valid is False add nothing."""
     lead = input_size[:-spatial]
     planes, inner = math.prod(lead), math.prod(input_size[-spatial:])
+    values = values.reshape(planes, -1)
+    taps = linear.numel() // max(values.shape[1], 1)
     linear = linear.reshape(-1)
-    src = src.reshape(planes, -1)
+    rows = None
+    if taps != 1 or valid is not None:
+        rows = torch.arange(values.shape[1], device=grad.device).repeat_interleave(
+            taps if taps else 1)[:linear.numel()]
+    if weights is not None:
+        weights = weights.reshape(-1)
     if valid is not None:
         keep = valid.reshape(-1).nonzero().reshape(-1)
-        linear, src = linear.index_select(0, keep), src.index_select(1, keep)
-    out = torch.zeros(planes, inner, dtype=grad.dtype, device=grad.device)
-    if linear.numel():
-        ops.index_add_(out, 1, linear.contiguous(), src.contiguous())
+        linear, rows = linear.index_select(0, keep), rows.index_select(0, keep)
+        if weights is not None:
+            weights = weights.index_select(0, keep)
+    out = weighted_scatter(values.contiguous(), linear.contiguous(), inner, rows, weights)
     return out.reshape(input_size)
 
 
@@ -188,9 +230,7 @@ def avg_pool_backward(grad_output, input_size, kernel_size, stride, padding, cei
         divisor = padded if count_include_pad else counts
     # torch's CPU loop divides each output's gradient by an integer divisor once.
     share = g / divisor.clamp(min=1).to(g.dtype)
-    taps = math.prod(kernel)
-    src = share.reshape(-1, math.prod(outs), 1).expand(-1, -1, taps)
-    return _add_back(g, input_size, spatial, linear, src, valid)
+    return _add_back(g, input_size, spatial, linear, share, valid)
 
 
 def adaptive_avg_pool_backward(grad_output, input_size):
@@ -217,9 +257,7 @@ def adaptive_avg_pool_backward(grad_output, input_size):
         shape = [1] * spatial
         shape[axis] = length.numel()
         share = share / length.reshape(shape).clamp(min=1).to(g.dtype)
-    taps = math.prod(a[0].shape[1] for a in axes)
-    src = share.reshape(-1, math.prod(outs), 1).expand(-1, -1, taps)
-    return _add_back(g, input_size, spatial, linear, src, valid)
+    return _add_back(g, input_size, spatial, linear, share, valid)
 
 
 # ---- pooling through its indices (max pooling 3-D, adaptive max pooling), max_unpool ----
@@ -298,6 +336,11 @@ def _write_last(out, dest, values):
 
 
 # ---- linear, bilinear, trilinear and bicubic interpolation ----
+
+def _accumulation(t):
+    """The accumulation type of t's dtype: weighted_scatter's weights."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
 
 def _scale_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32  # torch's opmath type
@@ -405,9 +448,9 @@ def upsample_backward(grad_output, output_size, input_size, align_corners, scale
         linear = (ty.reshape(-1, 1, 1, 4) * nx + tx.reshape(1, -1, 4, 1))
         value = g.to(dtype).reshape(-1, output_size[0], output_size[1], 1, 1)
         src = value * wy.reshape(1, -1, 1, 1, 4) * wx.reshape(1, 1, -1, 4, 1)
-        return _add_back(g, input_size, spatial, linear, src.to(g.dtype))
+        # One value per tap (torch's product order), added in place.
+        return _add_back(g, input_size, spatial, linear, src.to(g.dtype).reshape(
+            src.shape[0], -1))
     # torch's loop: taps (t0|t1, h0|h1, w0|w1) row-major, weight t·h·w times the gradient.
     linear, weight, _ = _grid(axes)
-    value = g.to(dtype).reshape([-1] + output_size + [1] * spatial)
-    src = weight.unsqueeze(0) * value
-    return _add_back(g, input_size, spatial, linear, src.to(g.dtype))
+    return _add_back(g, input_size, spatial, linear, g, weights=weight.to(_accumulation(g)))

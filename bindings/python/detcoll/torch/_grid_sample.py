@@ -5,9 +5,9 @@ them, those inside the input) with the usual linear weights, or the nearest posi
 to even). The point's coordinates are torch's: unnormalized from [-1, 1] (align_corners or not),
 then clipped (padding "border") or reflected and clipped ("reflection").
 
-The input's gradient is one detcoll index_add per batch element: each output position's corners
-in row-major order (depth, height, width), in the order of the output positions, each adding
-weight × gradient. The grid's gradient has no sum across positions; each coordinate's is
+The input's gradient is one detcoll weighted_scatter per batch element: each output position's
+corners in row-major order (depth, height, width), in the order of the output positions, each
+adding weight × gradient, the product formed in the accumulation type. The grid's gradient has no sum across positions; each coordinate's is
 Σ over channels of Σ over corners ± value × the other axes' weights × gradient, the channel sum by
 detcoll's fixed tree (ops.sum), times the coordinate transform's derivative. Both run the same
 way on the CPU and the GPU (README, "Deterministic ops").
@@ -20,6 +20,7 @@ import torch
 
 import detcoll
 from detcoll.torch import ops
+from detcoll.torch._adjoints import weighted_scatter
 from detcoll.torch._op_args import _floating, _same_dtype
 
 _MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
@@ -70,6 +71,18 @@ def _source(coord, size, padding, align_corners):
         coord, d = _clip(coord, size)
         derivative = derivative * d
     return coord, derivative
+
+
+def _scatter_corners(values, linear, inside, weights, inner):
+    """One batch element's input gradient: corner k of position p (linear, inside and weights
+    [positions, corners]) adds weights[p, k] × values[:, p] into its input position, positions in
+    order and corners in order within one, through weighted_scatter."""
+    corners = linear.shape[-1]
+    keep = inside.reshape(-1).nonzero().reshape(-1)
+    accumulation = torch.float64 if values.dtype == torch.float64 else torch.float32
+    return weighted_scatter(values, linear.reshape(-1).index_select(0, keep), inner,
+                            rows=torch.div(keep, corners, rounding_mode="floor"),
+                            weights=weights.reshape(-1).index_select(0, keep).to(accumulation))
 
 
 def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode,
@@ -134,8 +147,8 @@ def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_
         if want_input:
             for b in range(n):
                 keep = inside[b].nonzero().reshape(-1)
-                ops.index_add_(grad_input[b], 1, linear[b].index_select(0, keep),
-                               values[b].index_select(1, keep).contiguous())
+                grad_input[b] = weighted_scatter(values[b], linear[b].index_select(0, keep),
+                                                 grad_input.shape[2], rows=keep)
         return grad_input.reshape(x.shape), grad_grid.reshape(grid.shape)
 
     lows = [torch.floor(c) for c in coords]
@@ -164,10 +177,8 @@ def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_
     weights = torch.stack(weights, -1)
     if want_input:
         for b in range(n):
-            keep = inside[b].reshape(-1).nonzero().reshape(-1)
-            src = (weights[b].unsqueeze(0) * values[b].unsqueeze(-1)).reshape(channels, -1)
-            ops.index_add_(grad_input[b], 1, linear[b].reshape(-1).index_select(0, keep),
-                           src.index_select(1, keep).contiguous())
+            grad_input[b] = _scatter_corners(values[b], linear[b], inside[b], weights[b],
+                                             grad_input.shape[2])
     if want_grid:
         # The input's value at each corner (0 outside), [n, channels, positions, corners].
         gathered = torch.gather(planes, 2, linear.reshape(n, 1, -1).expand(n, channels, -1))
@@ -248,10 +259,8 @@ def _bicubic(x, grid, values, coords, derivatives, sizes, padding, align_corners
     if want_input:
         weights = torch.stack(weights, -1)
         for b in range(n):
-            keep = inside[b].reshape(-1).nonzero().reshape(-1)
-            src = (values[b].unsqueeze(-1) * weights[b].unsqueeze(0)).reshape(channels, -1)
-            ops.index_add_(grad_input[b], 1, linear[b].reshape(-1).index_select(0, keep),
-                           src.index_select(1, keep).contiguous())
+            grad_input[b] = _scatter_corners(values[b], linear[b], inside[b], weights[b],
+                                             height * width)
     if want_grid:
         planes = x.reshape(n, channels, -1)
         gathered = torch.gather(planes, 2, linear.reshape(n, 1, -1).expand(n, channels, -1))

@@ -7,7 +7,7 @@ times its bilinear weights into the four pixels it read (top-left, top-right, bo
 bottom-right), in the order of the boxes, rows, columns and channels, through detcoll's
 index_add; the boxes' gradient sums each box's terms over positions and channels with detcoll's
 fixed tree (ops.sum). sparse_dense_matmul: row r of the result adds value × dense[column] for the
-nonzeros of row r in the order they are given, through index_add; the dense operand's gradient is
+nonzeros of row r in the order they are given, through weighted_scatter; the dense operand's gradient is
 the same product with the sparse matrix transposed (README, "Deterministic ops").
 """
 
@@ -145,12 +145,12 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear",
 
 
 def _spmm(rows, cols, values, out_rows, dense):
-    """Row r of the result: Σ values[k] × dense[cols[k]] over the nonzeros k of row r, in order."""
-    out = torch.zeros(out_rows, dense.shape[1], dtype=dense.dtype, device=dense.device)
-    if values.numel():
-        ops.index_add_(out, 0, rows, (values.unsqueeze(1) * dense.index_select(0, cols))
-                       .contiguous())
-    return out
+    """Row r of the result: Σ values[k] × dense[cols[k]] over the nonzeros k of row r, in order:
+    weighted_scatter over the dense matrix's columns as planes."""
+    accumulation = torch.float64 if dense.dtype == torch.float64 else torch.float32
+    out = ops.weighted_scatter(dense.t().contiguous(), rows, out_rows, rows=cols,
+                               weights=values.to(accumulation))
+    return out.t().contiguous()
 
 
 class _SparseDense(torch.autograd.Function):

@@ -29,7 +29,7 @@ __all__ = [
     "avg_pool_backward", "adaptive_avg_pool_backward", "max_pool_backward", "max_unpool",
     "upsample_backward", "index_put_", "index_put", "put_", "histc",
     "embedding_bag_dense_backward", "grid_sampler_backward", "ctc_loss_backward",
-    "crop_and_resize", "sparse_dense_matmul",
+    "crop_and_resize", "sparse_dense_matmul", "weighted_scatter",
 ]
 
 
@@ -324,7 +324,7 @@ from detcoll.torch._nearest import upsample_nearest_backward  # noqa: E402,F401
 # The backward of padding, pooling and interpolation lives in _adjoints.py.
 from detcoll.torch._adjoints import (  # noqa: E402,F401
     adaptive_avg_pool_backward, avg_pool_backward, max_pool_backward, max_unpool,
-    reflection_pad_backward, replication_pad_backward, upsample_backward)
+    reflection_pad_backward, replication_pad_backward, upsample_backward, weighted_scatter)
 
 # Accumulating writes through indices (index_put_, put_, histc, embedding_bag's gradient) live in
 # _indexing.py.
