@@ -78,17 +78,16 @@ void defineOps(py::module_& m) {
                                sourceShape.data(), alpha);
     });
   });
-  m.def("weighted_scatter", [](uintptr_t out, int64_t planes, int64_t outInner, int dtype,
-                               uintptr_t destination, int64_t n, uintptr_t values,
-                               int64_t valuesInner, uintptr_t rows, uintptr_t weights) {
-    blocking([&] {
-      return detcoll_weighted_scatter(ptr(out), planes, outInner,
-                                      static_cast<detcoll_dtype_t>(dtype),
-                                      static_cast<const int64_t*>(ptr(destination)), n, ptr(values),
-                                      valuesInner, static_cast<const int64_t*>(ptr(rows)),
-                                      ptr(weights));
-    });
-  });
+  m.def("weighted_scatter",
+        [](uintptr_t out, int64_t planes, int64_t outInner, int dtype, uintptr_t destination,
+           int64_t n, uintptr_t values, int64_t valuesInner, uintptr_t rows, uintptr_t weights) {
+          blocking([&] {
+            return detcoll_weighted_scatter(
+                ptr(out), planes, outInner, static_cast<detcoll_dtype_t>(dtype),
+                static_cast<const int64_t*>(ptr(destination)), n, ptr(values), valuesInner,
+                static_cast<const int64_t*>(ptr(rows)), ptr(weights));
+          });
+        });
   m.def("unsorted_segment_reduce",
         [](uintptr_t out, int64_t segments, int dtype, uintptr_t data,
            const std::vector<int64_t>& dataShape, uintptr_t ids, int idDims, bool mean) {

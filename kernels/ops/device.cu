@@ -59,7 +59,8 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
 
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
-                       int64_t valuesInner, const int64_t* rows, const void* weights, void* stream) {
+                       int64_t valuesInner, const int64_t* rows, const void* weights,
+                       void* stream) {
   DeviceExecutor e(stream);
   return bodies::weightedScatter(e, out, planes, outInner, type, destination, n, values,
                                  valuesInner, rows, weights);

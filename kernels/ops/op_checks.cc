@@ -147,9 +147,9 @@ Status checkWeightedScatter(const char* op, const void* out, int64_t planes, int
                                    std::to_string(valuesInner) + " values");
   }
   const char* missing = (planes > 0 && outInner > 0 && out == nullptr) ? "out"
-                        : (n > 0 && destination == nullptr)           ? "destination"
-                        : (planes > 0 && n > 0 && values == nullptr)  ? "values"
-                                                                      : nullptr;
+                        : (n > 0 && destination == nullptr)            ? "destination"
+                        : (planes > 0 && n > 0 && values == nullptr)   ? "values"
+                                                                       : nullptr;
   if (missing != nullptr) {
     return Status::invalidArgument(std::string(op) + ": " + missing + " is null");
   }

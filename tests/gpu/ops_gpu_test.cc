@@ -212,8 +212,8 @@ TEST(OpsGpu, WeightedScatterPlanesRowsAndWeights) {
       Device out(Bytes(cpu.size())), dDestination(destination), dRows(rows), dValues(values),
           dWeights(weights);
       for (int run = 0; run < 2; ++run) {
-        ASSERT_TRUE(device::weightedScatter(out.get(), planes, outInner, t, dDestination.ints(),
-                                            n, dValues.get(), valuesInner, dRows.ints(),
+        ASSERT_TRUE(device::weightedScatter(out.get(), planes, outInner, t, dDestination.ints(), n,
+                                            dValues.get(), valuesInner, dRows.ints(),
                                             weighted ? dWeights.get() : nullptr, nullptr)
                         .isOk());
         expectSame(out.bytes(), cpu, t, "weighted_scatter run " + std::to_string(run));

@@ -285,7 +285,8 @@ TEST(WeightedScatter, BadInputIsNamedAndTheOutputIsUntouched) {
             "weighted_scatter: 4 sources read in place from planes of 3 values");
   EXPECT_EQ(call(destination.data(), nullptr, 10, DataType::kInt32),
             "weighted_scatter: dtype int32; floating point only");
-  EXPECT_EQ(call(nullptr, nullptr, 10, DataType::kFloat32), "weighted_scatter: destination is null");
+  EXPECT_EQ(call(nullptr, nullptr, 10, DataType::kFloat32),
+            "weighted_scatter: destination is null");
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 7.0f; }));
 }
 

@@ -182,20 +182,20 @@ TEST(SerialWeightedScatter, PlanesRowsAndWeights) {
     std::vector<int64_t> bad = destination;
     bad[17] = outInner;
     Bytes a(planes * outInner * dataTypeSize(t)), b = a;
-    expectSameError(testing::serial::weightedScatter(a.data(), planes, outInner, t, bad.data(), n,
-                                                     values.data(), valuesInner, rows.data(),
-                                                     nullptr),
-                    weightedScatter(b.data(), planes, outInner, t, bad.data(), n, values.data(),
-                                    valuesInner, rows.data(), nullptr, 1),
-                    "weighted_scatter destination");
+    expectSameError(
+        testing::serial::weightedScatter(a.data(), planes, outInner, t, bad.data(), n,
+                                         values.data(), valuesInner, rows.data(), nullptr),
+        weightedScatter(b.data(), planes, outInner, t, bad.data(), n, values.data(), valuesInner,
+                        rows.data(), nullptr, 1),
+        "weighted_scatter destination");
     std::vector<int64_t> badRows = rows;
     badRows[5] = -1;
-    expectSameError(testing::serial::weightedScatter(a.data(), planes, outInner, t,
-                                                     destination.data(), n, values.data(),
-                                                     valuesInner, badRows.data(), nullptr),
-                    weightedScatter(b.data(), planes, outInner, t, destination.data(), n,
-                                    values.data(), valuesInner, badRows.data(), nullptr, 1),
-                    "weighted_scatter rows");
+    expectSameError(
+        testing::serial::weightedScatter(a.data(), planes, outInner, t, destination.data(), n,
+                                         values.data(), valuesInner, badRows.data(), nullptr),
+        weightedScatter(b.data(), planes, outInner, t, destination.data(), n, values.data(),
+                        valuesInner, badRows.data(), nullptr, 1),
+        "weighted_scatter rows");
   }
 }
 

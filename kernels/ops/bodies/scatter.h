@@ -356,7 +356,10 @@ Status weightedScatter(E& e, void* out, int64_t planes, int64_t outInner, DataTy
     if (check.array == nullptr || n == 0) continue;
     int64_t failed = kNoFailure;
     DETCOLL_RETURN_IF_ERROR(runCheck(
-        e, n, [&](int64_t* bad) { return RangeCheckBody{check.array, check.limit, Skip{}, bad}; },
+        e, n,
+        [&](int64_t* bad) {
+          return RangeCheckBody{check.array, check.limit, Skip{}, bad};
+        },
         &failed));
     if (failed != kNoFailure) {
       return outOfRange(check.what, failed, readIndex(e, check.array, failed), check.limit)
