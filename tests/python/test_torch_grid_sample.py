@@ -140,3 +140,32 @@ def test_bad_arguments_are_refused_by_name():
         ops.grid_sampler_backward(torch.zeros(1, 2, 3, 4), x, grid, 0, 0, False)
     with pytest.raises(detcoll.InvalidArgumentError, match="grid has dtype torch.float64"):
         ops.grid_sampler_backward(up, x, grid.double(), 0, 0, False)
+
+
+def test_cudnns_sampler_backward_is_the_bilinear_zeros_aligned_kernel():
+    # CUDA runs cudnn_grid_sampler for bilinear, zeros padding, align_corners=True on 4-D input;
+    # patch() gives its backward the same kernel (reached here through the CPU registration).
+    gen, x, grid = case(12, 2, torch.float32)
+    up = torch.randn(2, 3, 4, 7, generator=gen)
+    with dt.patched(devices=("cpu",), ops=["cudnn_grid_sampler_backward"]):
+        grad_x, grad_grid = torch.ops.aten.cudnn_grid_sampler_backward(x, grid, up)
+        assert dt.patch_state()["calls"] == {"cudnn_grid_sampler_backward": 1}
+    expected = ops.grid_sampler_backward(up, x, grid, 0, 0, True)
+    assert torch.equal(bits(grad_x), bits(expected[0]))
+    assert torch.equal(bits(grad_grid), bits(expected[1]))
+
+
+@pytest.mark.parametrize("size", [41, 42, 47, 55, 61, 82])
+def test_reflection_at_exact_multiples_of_the_span(size):
+    # Points on the pixel grid's edges (an identity grid, aligned corners) put the reflected
+    # distance at exact multiples of the span, where a division rounded low would reflect to the
+    # other edge.
+    x = torch.randn(1, 2, 3, size, dtype=torch.float64)
+    theta = torch.tensor([[[1.0, 0, 0], [0, 1.0, 0]]], dtype=torch.float64)
+    grid = F.affine_grid(theta, (1, 2, 3, size), align_corners=True) * 1.0
+    grid[..., 0] = grid[..., 0] * 3            # beyond the edges: several reflections
+    up = torch.randn(1, 2, 3, size, dtype=torch.float64)
+    kw = dict(mode="bilinear", padding_mode="reflection", align_corners=True)
+    ref_input, ref_grid = gradients(x, grid, up, **kw)
+    ours_input, ours_grid = ops.grid_sampler_backward(up, x, grid, 0, 2, True)
+    assert (ours_input - ref_input).abs().max() <= 1e-12 * up.abs().max() * 64

@@ -309,30 +309,26 @@ def max_unpool(input, indices, output_size):
         raise detcoll.InvalidArgumentError(
             f"{op}: an index is outside the {inner} positions of an output plane")
     dest = (flat + torch.arange(planes, device=x.device).unsqueeze(1) * inner).reshape(-1)
-    out = torch.zeros(planes * inner, dtype=x.dtype, device=x.device)
-    _write_last(out, dest, x.reshape(-1))
+    out = write_last(torch.zeros(planes * inner, dtype=x.dtype, device=x.device), dest,
+                     x.reshape(-1))
     return out.reshape(lead + output_size)
 
 
-def _write_last(out, dest, values):
-    """out[dest[i]] = values[i], the last i where destinations repeat. Unique destinations (max
-    pooling's indices without overlapping windows) are written at once: a scatter of the
-    positions, read back, finds whether any repeats (only one of several can read back its own
-    position, whichever the scatter kept). Otherwise a stable sort keeps the input's order among
-    equal destinations and each run's last is written."""
-    wide = dest.numel() >= 2**31
-    position = torch.arange(dest.numel(), device=dest.device,
-                            dtype=torch.int64 if wide else torch.int32)
-    # Only the written entries are read back: the rest may stay uninitialized.
-    probe = torch.empty(out.shape, dtype=position.dtype, device=dest.device)
-    probe.scatter_(0, dest, position)
-    if bool((probe.index_select(0, dest) == position).all()):
-        out.index_copy_(0, dest, values)
-        return
+def write_last(target, dest, values):
+    """target with row dest[i] replaced by values[i] (the last i where destinations repeat), as a
+    new tensor: a stable sort of the destinations, then gathers and a where. No scatter: under
+    torch's deterministic mode CUDA's index_copy_ and scatter_ run index_put_, which patch()
+    replaces with a caller of this."""
+    if dest.numel() == 0:
+        return target
     dest_sorted, order = torch.sort(dest, stable=True)
     last = torch.ones_like(dest_sorted, dtype=torch.bool)
     last[:-1] = dest_sorted[1:] != dest_sorted[:-1]
-    out.index_copy_(0, dest_sorted[last], values.index_select(0, order[last]))
+    unique, source = dest_sorted[last], order[last]
+    rows = torch.arange(target.shape[0], device=target.device)
+    at = torch.searchsorted(unique, rows).clamp(max=unique.numel() - 1)
+    hit = (unique.index_select(0, at) == rows).reshape((-1,) + (1,) * (target.dim() - 1))
+    return torch.where(hit, values.index_select(0, source.index_select(0, at)), target)
 
 
 # ---- linear, bilinear, trilinear and bicubic interpolation ----

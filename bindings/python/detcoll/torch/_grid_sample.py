@@ -49,8 +49,11 @@ def _reflect(coord, twice_low, twice_high):
     shifted = coord - low
     sign = torch.where(shifted < 0, -1.0, 1.0).to(coord.dtype)
     distance = shifted.abs()
-    extra = torch.fmod(distance, span)
-    flips = torch.floor(distance / span)
+    # span as a tensor on coord's device: CUDA divides by a Python number as a multiply by its
+    # reciprocal, which can floor an exact multiple one low.
+    span_t = torch.full_like(distance, span)
+    extra = torch.fmod(distance, span_t)
+    flips = torch.floor(distance / span_t)
     even = torch.fmod(flips, 2) == 0
     return (torch.where(even, extra + low, span - extra + low),
             torch.where(even, sign, -sign))

@@ -14,6 +14,7 @@ import torch
 
 import detcoll
 from detcoll.torch import ops
+from detcoll.torch._adjoints import write_last
 from detcoll.torch._op_args import _floating, _indices, _placed, _same_dtype, _values
 
 
@@ -87,6 +88,8 @@ def index_put_(input, indices, values, accumulate=False):
         result = front + list(broadcast) + back
     else:
         front, result = [], list(broadcast) + [input.shape[d] for d in rest]
+    if isinstance(values, torch.Tensor) and values.dim() == 0:
+        values = values.to(input.device)   # torch moves a 0-d value to self's device
     values = _values(values, op, "values")
     _same_dtype(op, self, values, "values")
     try:
@@ -111,12 +114,9 @@ def index_put_(input, indices, values, accumulate=False):
     work = work.reshape([math.prod(input.shape[d] for d in named)] + list(work.shape[len(named):]))
     if accumulate:
         ops.index_add_(work, 0, linear, values)
-    elif linear.numel():
+    else:
         # Among repeated positions the last in the indices' order is written.
-        sorted_linear, order = torch.sort(linear, stable=True)
-        last = torch.ones_like(sorted_linear, dtype=torch.bool)
-        last[:-1] = sorted_linear[1:] != sorted_linear[:-1]
-        work.index_copy_(0, sorted_linear[last], values.index_select(0, order[last]))
+        work = write_last(work, linear, values)
     back_shape = [input.shape[d] for d in named + rest]
     input.permute(named + rest).copy_(work.reshape(back_shape))
     return input

@@ -148,6 +148,13 @@ def entries():
             "int interpolation_mode, int padding_mode, bool align_corners, bool[2] output_mask) "
             "-> (Tensor, Tensor)",
             _grid_sample.grid_sampler_backward) for d in (2, 3)},
+        # cuDNN's sampler (what CUDA runs for bilinear, zeros, align_corners=True, 4-D): its
+        # backward gets the same deterministic kernel, with those arguments.
+        "cudnn_grid_sampler_backward": (
+            "aten::cudnn_grid_sampler_backward(Tensor self, Tensor grid, Tensor grad_output) -> "
+            "(Tensor grad_self, Tensor grad_grid)",
+            lambda self, grid, grad_output: _grid_sample.grid_sampler_backward(
+                grad_output, self, grid, 0, 0, True)),
         "_ctc_loss_backward": (
             "aten::_ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, "
             "int[] input_lengths, int[] target_lengths, Tensor neg_log_likelihood, "

@@ -25,10 +25,14 @@ def _crop_geometry(boxes, size, image_size):
     span = image_size - 1
     if size > 1:
         k = torch.arange(size, device=lo.device).to(lo.dtype)
-        scale = (hi - lo) * span / (size - 1)
+        # Divisors as tensors on the data's device: CUDA divides by a Python number as a
+        # multiply by its reciprocal, which is not the CPU's division.
+        steps = torch.full_like(lo, size - 1)
+        scale = (hi - lo) * span / steps
         coords = lo.unsqueeze(1) * span + k * scale.unsqueeze(1)
-        d_lo = (span * (1 - k / (size - 1))).expand_as(coords)
-        d_hi = (span * k / (size - 1)).expand_as(coords)
+        fraction = k / torch.full_like(k, size - 1)
+        d_lo = (span * (1 - fraction)).expand_as(coords)
+        d_hi = (span * k / torch.full_like(k, size - 1)).expand_as(coords)
     else:
         coords = (0.5 * (lo + hi) * span).unsqueeze(1)
         d_lo = d_hi = torch.full_like(coords, 0.5 * span)
