@@ -18,6 +18,14 @@ from detcoll.torch import ops
 from detcoll.torch._op_args import _floating, _indices, _same_dtype
 
 
+def _one_device(op, first, *named):
+    """Every tensor on first's device, or the first that is not named."""
+    for name, t in named:
+        if t.device != first.device:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: {name} is on {t.device} and the other inputs on {first.device}")
+
+
 def _crop_geometry(boxes, size, image_size):
     """TensorFlow's source coordinate of each crop position along one axis, per box: (coords
     [boxes, size], d coord / d start, d coord / d end)."""
@@ -141,6 +149,7 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear",
                                 int(box_indices.max()) >= image.shape[0]):
         raise detcoll.InvalidArgumentError(
             f"{op}: a box index is outside the batch of {image.shape[0]} images")
+    _one_device(op, image, ("boxes", boxes), ("box_indices", box_indices))
     crop_size = tuple(int(v) for v in crop_size)
     if len(crop_size) != 2 or min(crop_size) < 1:
         raise detcoll.InvalidArgumentError(f"{op}: crop_size {crop_size} must be 2 positive sizes")
@@ -187,6 +196,7 @@ def sparse_dense_matmul(sp_indices, sp_values, dense_shape, dense, adjoint_a=Fal
     values = _floating(sp_values, op, "sp_values")
     dense = _floating(dense, op, "dense")
     _same_dtype(op, values, dense, "dense")
+    _one_device(op, dense, ("sp_indices", sp_indices), ("sp_values", values))
     shape = tuple(int(v) for v in dense_shape)
     if len(shape) != 2 or sp_indices.dim() != 2 or sp_indices.shape[1] != 2 or \
             tuple(values.shape) != (sp_indices.shape[0],):
