@@ -420,3 +420,61 @@ def test_weighted_scatter_is_the_loop(dtype):
     with pytest.raises(detcoll.InvalidArgumentError, match="300 sources read in place from "
                                                            "planes of 40 values"):
         ops.weighted_scatter(values, destination, out_inner)
+
+
+def test_negative_divisor_override_divides_as_torch_does():
+    for pool, shape in ((F.avg_pool2d, (1, 2, 4, 4)), (F.avg_pool3d, (1, 2, 4, 4, 4))):
+        gen = torch.Generator().manual_seed(len(shape))
+        x = wide(gen, shape, torch.float32)
+        theirs, ours, calls, _ = torch_and_patched(lambda t: pool(t, 2, divisor_override=-3), x,
+                                                   gen, "avg_pool")
+        assert calls == 1 and torch.equal(bits(ours), bits(theirs))
+
+
+@pytest.mark.parametrize("fn,shape", [
+    (lambda t: F.adaptive_max_pool2d(t, (3, 4)), (2, 7, 9)),
+    (lambda t: F.adaptive_max_pool3d(t, (2, 3, 4)), (2, 5, 7, 9)),
+    (lambda t: F.max_pool3d(t, 2, 1), (2, 5, 7, 9)),
+    (lambda t: F.adaptive_avg_pool3d(t, (2, 3, 4)), (2, 5, 7, 9)),
+    (lambda t: F.adaptive_avg_pool2d(t, (3, 4)), (2, 7, 9)),
+])
+def test_unbatched_inputs(fn, shape):
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = wide(gen, shape, torch.float64)
+    theirs, ours, calls, _ = torch_and_patched(fn, x, gen, "")
+    assert calls >= 1 and torch.equal(bits(ours), bits(theirs))
+
+
+@pytest.mark.parametrize("fn,shape", [
+    (lambda t: F.pad(t, (1, 2), mode="reflect"), (0, 3, 7)),
+    (lambda t: F.avg_pool2d(t, 2), (0, 3, 6, 6)),
+    (lambda t: F.adaptive_avg_pool2d(t, 3), (2, 0, 6, 6)),
+    (lambda t: F.adaptive_max_pool2d(t, 3), (0, 3, 6, 6)),
+    (lambda t: F.max_pool3d(t, 2), (0, 1, 4, 4, 4)),
+    (lambda t: F.interpolate(t, scale_factor=2, mode="linear"), (0, 3, 5)),
+    (lambda t: F.interpolate(t, scale_factor=2, mode="bicubic"), (0, 3, 5, 5)),
+    (lambda t: F.grid_sample(t, torch.zeros(0, 3, 3, 2)), (0, 3, 5, 5)),
+])
+def test_empty_batches_give_empty_gradients(fn, shape):
+    x = torch.zeros(shape)
+    with dt.patched(devices=("cpu",)):
+        leaf = x.clone().requires_grad_()
+        out = fn(leaf)
+        out.backward(torch.zeros(out.shape))
+    assert leaf.grad.shape == x.shape and not leaf.grad.any()
+
+
+def test_max_unpool_of_an_empty_batch():
+    x, i = torch.zeros(0, 2, 3, 3), torch.zeros(0, 2, 3, 3, dtype=torch.long)
+    assert ops.max_unpool(x, i, (6, 6)).shape == (0, 2, 6, 6)
+
+
+def test_more_bad_arguments_are_refused_by_name():
+    with pytest.raises(detcoll.InvalidArgumentError, match="scales .* are not numbers"):
+        ops.upsample_backward(torch.zeros(1, 1, 4), [4], [1, 1, 2], False, ["two"])
+    with pytest.raises(detcoll.InvalidArgumentError, match="2 scale factors for 1 spatial"):
+        ops.upsample_backward(torch.zeros(1, 1, 4), [4], [1, 1, 2], False, [2.0, 2.0])
+    with pytest.raises(detcoll.InvalidArgumentError, match="larger than the input"):
+        ops.avg_pool_backward(torch.zeros(1, 1, 0, 0), (1, 1, 2, 2), (5, 5), (1, 1), (1, 1))
+    with pytest.raises(detcoll.InvalidArgumentError, match="out_inner is -1"):
+        ops.weighted_scatter(torch.zeros(1, 2), torch.zeros(2, dtype=torch.long), -1)

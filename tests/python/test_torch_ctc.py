@@ -140,3 +140,18 @@ def test_bad_arguments_are_refused_by_name():
         call(lp=lp[0])
     with pytest.raises(detcoll.InvalidArgumentError, match="one value per batch element"):
         call(grad=torch.ones(3))
+
+
+def test_targets_padded_past_their_lengths_are_not_read():
+    gen = torch.Generator().manual_seed(11)
+    lp = torch.randn(8, 2, 5, generator=gen, dtype=torch.float64).log_softmax(2)
+    padded = torch.tensor([[1, 2, 3], [1, -1, -1]])
+    clean = torch.tensor([[1, 2, 3], [1, 0, 0]])
+    nll, alpha = torch.ops.aten._ctc_loss(lp, clean, [8, 8], [3, 1], 0, False)
+    ours = ops.ctc_loss_backward(torch.ones(2, dtype=torch.float64), lp, padded, [8, 8], [3, 1],
+                                 nll, alpha, 0)
+    reference = loop_gradient(lp, clean, [8, 8], [3, 1], 0, torch.ones(2))
+    assert (ours - reference).abs().max() <= 1e-12
+    empty = ops.ctc_loss_backward(torch.ones(2), torch.zeros(0, 2, 5), clean, [0, 0], [0, 0],
+                                  torch.zeros(2), torch.zeros(2, 0, 7), 0)
+    assert empty.shape == (0, 2, 5)

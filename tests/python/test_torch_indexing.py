@@ -267,3 +267,54 @@ def test_index_select_and_repeat_interleave_backward_run_index_add():
     assert torch.equal(bits(ours[0]), bits(theirs[0]))     # torch's CPU loop: the same order
     rows = torch.repeat_interleave(torch.arange(9), repeats)
     assert torch.equal(bits(ours[1]), bits(ops.index_add(torch.zeros(9, 6), 0, rows, up_repeat)))
+
+
+def test_ops_accumulating_writes_refuse_values_that_want_a_gradient():
+    x = torch.zeros(4)
+    v = torch.ones(3, requires_grad=True)
+    for call in (lambda: ops.index_put(x, (torch.tensor([0, 0, 2]),), v, accumulate=True),
+                 lambda: ops.index_put_(x.clone(), (torch.tensor([0, 0, 2]),), v, True),
+                 lambda: ops.put_(x.clone(), torch.tensor([0, 0, 2]), v, True)):
+        with pytest.raises(detcoll.InvalidArgumentError, match="values that require grad"):
+            call()
+    with torch.no_grad():
+        assert ops.index_put(x, (torch.tensor([0, 0, 2]),), v, True).tolist() == [2, 0, 1, 0]
+    # Under patch(), torch's formula gives the values their gradient through detcoll's kernel.
+    with dt.patched(devices=("cpu",)):
+        torch.index_put(x, (torch.tensor([0, 0, 2]),), v, accumulate=True).sum().backward()
+    assert v.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_index_put_on_a_channels_last_tensor_is_torchs():
+    with dt.patched(devices=("cpu",)):
+        x = torch.zeros(2, 1, 3, 3).to(memory_format=torch.channels_last)
+        x.index_put_((torch.tensor([1, 1]),), torch.ones(1, 3, 3), accumulate=True)
+    assert x.sum() == 18 and x[1].eq(2).all()
+
+
+def test_the_gradient_of_an_empty_read_is_empty():
+    with dt.patched(devices=("cpu",)):
+        leaf = torch.randn(4, 0, requires_grad=True)
+        leaf[torch.tensor([1, 1, 3])].sum().backward()
+    assert leaf.grad.shape == (4, 0)
+
+
+def test_histc_where_the_scaled_values_overflow():
+    for values in (torch.tensor([-3e38, 3e38, 0.0]), torch.tensor([0.0, 30000.0, 60000.0]).half()):
+        counts = ops.histc(values, 10)
+        assert counts.tolist() == [1.0, 0, 0, 0, 0, 1.0, 0, 0, 0, 1.0], values
+    with pytest.raises(detcoll.InvalidArgumentError, match="bins must be an integer"):
+        ops.histc(torch.zeros(3), 2.5)
+    with pytest.raises(detcoll.InvalidArgumentError, match="must be numbers"):
+        ops.histc(torch.zeros(3), 4, "a", 1)
+
+
+def test_embedding_bag_gradient_refuses_inconsistent_bags():
+    grad, rows = torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.int64)
+    with pytest.raises(detcoll.InvalidArgumentError, match="bag_size has 3 elements for 2 bags"):
+        ops.embedding_bag_dense_backward(grad, rows, rows, torch.ones(3, dtype=torch.int64), rows,
+                                         4, False, 2)
+    ids = torch.tensor([1, 2, 3])
+    with pytest.raises(detcoll.InvalidArgumentError, match="offset2bag must be non-decreasing"):
+        ops.embedding_bag_dense_backward(grad, ids, torch.tensor([1, 0, 1]), rows[0], rows, 4,
+                                         False, 0)

@@ -170,3 +170,46 @@ def test_bad_arguments_are_refused_by_name():
         ops.sparse_dense_matmul(indices[:1], torch.ones(1), (3, 4), torch.ones(5, 2))
     with pytest.raises(detcoll.InvalidArgumentError, match="sp_values .* \\[nnz\\]"):
         ops.sparse_dense_matmul(indices[:1], torch.ones(2), (3, 4), torch.ones(4, 2))
+
+
+def test_nearest_rounds_half_away_from_zero_and_takes_the_bilinear_box_gradient():
+    image = torch.arange(36.0).reshape(1, 6, 6, 1)
+    boxes, owner = torch.tensor([[0.0, 0.0, 1.0, 1.0]]), torch.tensor([0])
+    crop = ops.crop_and_resize(image, boxes, owner, (3, 3), "nearest")[0, ..., 0]
+    # Rows and columns 0, 2.5 and 5: TensorFlow's roundf reads 0, 3 and 5.
+    assert crop.tolist() == [[0, 3, 5], [18, 21, 23], [30, 33, 35]]
+    up = torch.randn(1, 3, 3, 1, generator=torch.Generator().manual_seed(1))
+    grads = []
+    for method in ("nearest", "bilinear"):
+        b = boxes.clone().requires_grad_()
+        ops.crop_and_resize(image, b, owner, (3, 3), method).backward(up)
+        grads.append(b.grad)
+    assert torch.equal(grads[0], grads[1]) and grads[0].abs().sum() > 0
+
+
+def test_second_derivatives_are_refused_not_dropped():
+    idx = torch.tensor([[0, 1], [2, 0], [1, 3]])
+    v = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    d = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    loss = (ops.sparse_dense_matmul(idx, v, (3, 4), d) ** 2).sum()
+    gd, = torch.autograd.grad(loss, d, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
+        (gd ** 2).sum().backward()
+
+
+def test_more_bad_crops_and_products_are_refused_by_name():
+    image, boxes, index = torch.zeros(2, 4, 4, 3), torch.zeros(3, 4), torch.zeros(3,
+                                                                                  dtype=torch.long)
+    with pytest.raises(detcoll.InvalidArgumentError, match="crop_size 3 must be 2 sizes"):
+        ops.crop_and_resize(image, boxes, index, 3)
+    with pytest.raises(detcoll.InvalidArgumentError, match="extrapolation_value 'x'"):
+        ops.crop_and_resize(image, boxes, index, (2, 2), extrapolation_value="x")
+    with pytest.raises(detcoll.InvalidArgumentError, match="not finite"):
+        ops.crop_and_resize(image, boxes + float("inf"), index, (2, 2))
+    none = ops.crop_and_resize(image, torch.zeros(0, 4), torch.zeros(0, dtype=torch.long), (2, 2))
+    assert none.shape == (0, 2, 2, 3)
+    with pytest.raises(detcoll.InvalidArgumentError, match="dense must be a matrix"):
+        ops.sparse_dense_matmul(torch.tensor([[0, 1]]), torch.ones(1), (3, 4), torch.ones(4),
+                                adjoint_b=True)
+    with pytest.raises(detcoll.InvalidArgumentError, match="dense_shape"):
+        ops.sparse_dense_matmul(torch.tensor([[0, 1]]), torch.ones(1), (-3, 4), torch.ones(4, 2))

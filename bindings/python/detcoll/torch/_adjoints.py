@@ -82,6 +82,8 @@ def weighted_scatter(values, destination, out_inner, rows=None, weights=None):
             raise detcoll.InvalidArgumentError(
                 f"{op}: weights must be {n} values of {accumulation}, got {weights.numel()} of "
                 f"{weights.dtype}")
+    if int(out_inner) < 0:
+        raise detcoll.InvalidArgumentError(f"{op}: out_inner is {out_inner}")
     out = torch.empty(v.shape[0], int(out_inner), dtype=v.dtype, device=v.device)
     _detcoll.weighted_scatter(out.data_ptr(), v.shape[0], int(out_inner), DTYPES[v.dtype],
                               destination.data_ptr(), n, v.data_ptr(), v.shape[1],
@@ -98,6 +100,8 @@ def _add_back(grad, input_size, spatial, linear, values, valid=None, weights=Non
     valid is False add nothing."""
     lead = input_size[:-spatial]
     planes, inner = math.prod(lead), math.prod(input_size[-spatial:])
+    if planes == 0 or inner == 0 or values.numel() == 0:
+        return torch.zeros(input_size, dtype=grad.dtype, device=grad.device)
     values = values.reshape(planes, -1)
     taps = linear.numel() // max(values.shape[1], 1)
     linear = linear.reshape(-1)
@@ -207,6 +211,10 @@ def avg_pool_backward(grad_output, input_size, kernel_size, stride, padding, cei
     if divisor_override is not None and int(divisor_override) == 0:
         raise detcoll.InvalidArgumentError(f"{op}: divisor_override is 0")
     outs = [_pooled_size(n, k, s, p, ceil_mode) for n, k, s, p in zip(sizes, kernel, stride, pads)]
+    if min(outs) < 1:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: kernel_size {kernel} with padding {pads} is larger than the input "
+            f"{sizes}: the output would be {outs}")
     g = _grad(grad_output, input_size, spatial, outs, op)
     axes, counts, padded = [], None, None
     for n, k, s, p, o in zip(sizes, kernel, stride, pads, outs):
@@ -225,21 +233,22 @@ def avg_pool_backward(grad_output, input_size, kernel_size, stride, padding, cei
         padded = window if padded is None else padded * window
     linear, _, valid = _grid(axes)
     if divisor_override is not None:
-        divisor = torch.full_like(counts, int(divisor_override))
+        divisor = torch.full_like(counts, int(divisor_override))   # any sign, as torch's
     else:
-        divisor = padded if count_include_pad else counts
+        # A window wholly in the padding reads nothing: its taps are all invalid.
+        divisor = (padded if count_include_pad else counts).clamp(min=1)
     # torch's CPU loop divides each output's gradient by an integer divisor once.
-    share = g / divisor.clamp(min=1).to(g.dtype)
+    share = g / divisor.to(g.dtype)
     return _add_back(g, input_size, spatial, linear, share, valid)
 
 
-def adaptive_avg_pool_backward(grad_output, input_size):
+def adaptive_avg_pool_backward(grad_output, input_size, spatial=None):
     """aten's _adaptive_avg_pool{2,3}d_backward: output position o of an axis of n inputs and m
     outputs averages inputs floor(o n / m) to ceil((o + 1) n / m); its gradient divided by each
     axis' window length in turn (as torch's CPU loop does) goes to every input of the window."""
     op = "adaptive_avg_pool_backward"
     g0 = _floating(grad_output, op, "grad_output")
-    input_size, spatial = _spatial(input_size, op, (2, 3))
+    input_size, spatial = _spatial(input_size, op, (spatial,) if spatial else (2, 3))
     outs = list(g0.shape[-spatial:])
     g = _grad(g0, input_size, spatial, outs, op)
     axes, lengths = [], []
@@ -262,12 +271,13 @@ def adaptive_avg_pool_backward(grad_output, input_size):
 
 # ---- pooling through its indices (max pooling 3-D, adaptive max pooling), max_unpool ----
 
-def max_pool_backward(grad_output, input_size, indices):
+def max_pool_backward(grad_output, input_size, indices, spatial=None):
     """The backward of max pooling given its indices (aten's max_pool3d_with_indices_backward,
     adaptive_max_pool{2,3}d_backward): each output's gradient added into the input position its
-    index names, within its plane, in the order of the output positions."""
+    index names, within its plane, in the order of the output positions. spatial: the pooling's
+    dimensions (None: the fewest that fit input_size; give it for unbatched inputs)."""
     op = "max_pool_backward"
-    input_size, spatial = _spatial(input_size, op)
+    input_size, spatial = _spatial(input_size, op, (spatial,) if spatial else (1, 2, 3))
     g = _floating(grad_output, op, "grad_output")
     indices = _indices(indices, op, "indices")
     if tuple(indices.shape) != tuple(g.shape) or g.dim() != len(input_size) or \
@@ -277,6 +287,8 @@ def max_pool_backward(grad_output, input_size, indices):
             f"the same shape, with the planes of input size {input_size}")
     inner = math.prod(input_size[-spatial:])
     planes = math.prod(input_size[:-spatial])
+    if g.numel() == 0 or inner == 0:
+        return torch.zeros(input_size, dtype=g.dtype, device=g.device)
     flat = indices.reshape(planes, -1)
     if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= inner):
         raise detcoll.InvalidArgumentError(
@@ -304,6 +316,8 @@ def max_unpool(input, indices, output_size):
             f"{op}: indices {tuple(indices.shape)} and input {tuple(x.shape)} differ")
     lead = list(x.shape[:-spatial])
     planes, inner = math.prod(lead), math.prod(output_size)
+    if x.numel() == 0:
+        return torch.zeros(lead + output_size, dtype=x.dtype, device=x.device)
     flat = indices.reshape(planes, -1)
     if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= inner):
         raise detcoll.InvalidArgumentError(
@@ -424,7 +438,16 @@ def upsample_backward(grad_output, output_size, input_size, align_corners, scale
     g = _grad(grad_output, input_size, spatial, output_size, op)
     if min(input_size[2:] + output_size) < 1:
         raise detcoll.InvalidArgumentError(f"{op}: a spatial size is 0")
+    if g.numel() == 0:
+        return torch.zeros(input_size, dtype=g.dtype, device=g.device)
     scales = list(scales or ())
+    if len(scales) > spatial:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: {len(scales)} scale factors for {spatial} spatial dimensions")
+    try:
+        scales = [None if v is None else float(v) for v in scales]
+    except (TypeError, ValueError):
+        raise detcoll.InvalidArgumentError(f"{op}: scales {scales} are not numbers") from None
     scales += [None] * (spatial - len(scales))
     dtype = _scale_dtype(g.dtype)
     if mode == "bicubic" and input_size[2:] == output_size:

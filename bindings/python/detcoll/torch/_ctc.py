@@ -82,8 +82,12 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths,
             f"{op}: input_lengths {inputs} must lie in [0, {steps}] and target_lengths "
             f"{lengths} be >= 0")
     labels, longest = _extended_targets(targets, lengths, batch, op)
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+    # Only the first target_lengths[b] labels are read (padding past them may be anything).
+    read = torch.arange(longest, device=labels.device).unsqueeze(0) < \
+        torch.tensor(lengths, device=labels.device).unsqueeze(1)
+    if bool((read & ((labels < 0) | (labels >= classes))).any()):
         raise detcoll.InvalidArgumentError(f"{op}: a target is not one of {classes} classes")
+    labels = torch.where(read, labels, torch.zeros_like(labels))
     width = 2 * longest + 1
     alpha = _floating(log_alpha, op, "log_alpha")
     if alpha.dim() != 3 or alpha.shape[0] != batch or alpha.shape[1] != steps or \
@@ -95,6 +99,8 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths,
     if nll.numel() != batch or g.numel() != batch:
         raise detcoll.InvalidArgumentError(
             f"{op}: grad and neg_log_likelihood need one value per batch element ({batch})")
+    if lp.numel() == 0:
+        return torch.zeros_like(lp)
 
     # The extended target: blank, l1, blank, l2, ..., blank; positions past 2 |l| + 1 unused.
     extended = torch.full((batch, width), blank, dtype=torch.int64, device=device)

@@ -2,6 +2,7 @@
 arguments of the PyTorch functions they replace (imported into detcoll.torch.ops)."""
 
 import torch
+from torch.autograd.function import once_differentiable
 
 import detcoll
 from detcoll import _detcoll
@@ -63,6 +64,7 @@ class _Bilinear(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # detcoll's kernels write through pointers: no graph
     def backward(ctx, grad):
         return (upsample_bilinear2d_backward(grad, grad.shape[2:], ctx.input_size,
                                              ctx.align_corners, *ctx.scales),
@@ -151,6 +153,7 @@ class _MaxPool2d(torch.autograd.Function):
         return out, indices
 
     @staticmethod
+    @once_differentiable  # detcoll's kernels write through pointers: no graph
     def backward(ctx, grad, _):
         input, indices = ctx.saved_tensors
         return (max_pool2d_with_indices_backward(grad, input, *ctx.args, indices),

@@ -123,6 +123,9 @@ def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_
             f"{op}: grad_output {tuple(g.shape)} is not {tuple([n, channels] + outs)}")
     sizes = list(x.shape[2:])                                  # (D,) H, W
     positions = math.prod(outs)
+    if x.numel() == 0 or positions == 0:
+        # Nothing is read (or nothing to read from): both gradients are 0.
+        return torch.zeros_like(x), torch.zeros_like(grid)
     # Axis a of the input (depth, height, width) is read by grid coordinate spatial - 1 - a.
     coords, derivatives = [], []
     for a, size in enumerate(sizes):

@@ -39,7 +39,25 @@ def _wrapped(index, size, op, dim):
     return torch.where(index < 0, index + size, index)
 
 
+def _no_gradient_through_the_add(op, values, accumulate):
+    """ops' accumulating writes run detcoll's kernel on the data: autograd sees no path to the
+    values. Refused where a gradient to them is wanted (patch() has torch's formula instead)."""
+    if accumulate and torch.is_grad_enabled() and isinstance(values, torch.Tensor) and \
+            values.requires_grad:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: values that require grad with accumulate=True; detcoll.torch.ops gives them "
+            "no gradient (under detcoll.torch.patch(), torch's own index_put_ and put_ reach "
+            "this kernel with torch's gradient formula)")
+
+
 def index_put_(input, indices, values, accumulate=False):
+    """input.index_put_(indices, values, accumulate) (_index_put below), refusing values that
+    require grad with accumulate."""
+    _no_gradient_through_the_add("index_put_", values, accumulate)
+    return _index_put(input, indices, values, accumulate)
+
+
+def _index_put(input, indices, values, accumulate=False):
     """input.index_put_(indices, values, accumulate): indices a tuple with an entry per leading
     dimension (None: the whole dimension; an integer tensor; a bool mask, over as many dimensions
     as it has), broadcast together as torch's advanced indexing does. With accumulate, each
@@ -110,7 +128,10 @@ def index_put_(input, indices, values, accumulate=False):
             list(range(len(front) + k, len(result)))
         values = values.permute(order)
     values = values.reshape([linear.numel()] + [input.shape[d] for d in rest]).contiguous()
-    work = input.permute(named + rest).contiguous()
+    if input.numel() == 0 or linear.numel() == 0:
+        return input                     # nothing is written (the indices were checked)
+    # A copy, never a view of input (a permuted contiguous input would alias it).
+    work = input.permute(named + rest).clone(memory_format=torch.contiguous_format)
     work = work.reshape([math.prod(input.shape[d] for d in named)] + list(work.shape[len(named):]))
     if accumulate:
         ops.index_add_(work, 0, linear, values)
@@ -124,10 +145,18 @@ def index_put_(input, indices, values, accumulate=False):
 
 def index_put(input, indices, values, accumulate=False):
     """torch.index_put (out of place)."""
-    return index_put_(_values(input, "index_put", "input").clone(), indices, values, accumulate)
+    _no_gradient_through_the_add("index_put", values, accumulate)
+    return _index_put(_values(input, "index_put", "input").clone(), indices, values, accumulate)
 
 
 def put_(input, index, source, accumulate=False):
+    """input.put_(index, source, accumulate) (_put below), refusing a source that requires grad
+    with accumulate."""
+    _no_gradient_through_the_add("put_", source, accumulate)
+    return _put(input, index, source, accumulate)
+
+
+def _put(input, index, source, accumulate=False):
     """input.put_(index, source, accumulate): input read as 1-D in row-major order; with
     accumulate, source's values added in index order, otherwise the last written where indices
     repeat."""
@@ -142,7 +171,7 @@ def put_(input, index, source, accumulate=False):
         raise detcoll.InvalidArgumentError(
             f"{op}: index has {index.numel()} elements and source {source.numel()}")
     flat = input.reshape(-1).clone() if input.dim() else input.reshape(1).clone()
-    index_put_(flat, (index.reshape(-1),), source.reshape(-1), accumulate)
+    _index_put(flat, (index.reshape(-1),), source.reshape(-1), accumulate)
     input.copy_(flat.reshape(input.shape))
     return input
 
@@ -152,14 +181,22 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 (torch's argument names)
     wider on each side). A value x counts in bin floor((x − min) · bins / (max − min)), evaluated
     in that order in the input's dtype (torch 2's CPU and CUDA formula; torch 1.13's CPU kernel
     divides before it multiplies, which moves values that lie on an edge), the maximum in the
-    last bin; values outside the range and NaN are not counted. The counts are exact (a
-    bincount), returned in the input's dtype."""
+    last bin; values outside the range and NaN are not counted. float16 and bfloat16 are
+    evaluated in float32 (exact conversions), and any dtype in float64 where (x − min) · bins
+    would overflow it. The counts are exact (a bincount), returned in the input's dtype."""
     op = "histc"
     x = _floating(input, op, "input").reshape(-1)
+    if isinstance(bins, bool) or not isinstance(bins, int) and not (
+            isinstance(bins, torch.Tensor) and bins.dim() == 0 and not bins.is_floating_point()):
+        raise detcoll.InvalidArgumentError(f"{op}: bins must be an integer, got {bins!r}")
     bins = int(bins)
     if bins <= 0:
         raise detcoll.InvalidArgumentError(f"{op}: bins must be > 0, got {bins}")
-    lo, hi = float(min), float(max)
+    try:
+        lo, hi = float(min), float(max)
+    except (TypeError, ValueError):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: min {min!r} and max {max!r} must be numbers") from None
     if lo == hi and x.numel():
         finite = x[~x.isnan()]
         if finite.numel():
@@ -170,10 +207,18 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 (torch's argument names)
         raise detcoll.InvalidArgumentError(f"{op}: max {max} must be larger than min {min}")
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise detcoll.InvalidArgumentError(f"{op}: the range [{lo}, {hi}] is not finite")
-    low = torch.tensor(lo, dtype=x.dtype, device=x.device)
-    high = torch.tensor(hi, dtype=x.dtype, device=x.device)
-    counted = x[(x >= low) & (x <= high)]
-    position = ((counted - low) * bins / (high - low)).to(torch.int64).clamp(max=bins - 1)
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    low = torch.tensor(lo, dtype=x.dtype, device=x.device).to(work)
+    high = torch.tensor(hi, dtype=x.dtype, device=x.device).to(work)
+    values = x.to(work)
+    counted = values[(values >= low) & (values <= high)]
+    scaled = (counted - low) * bins
+    width = high - low
+    if not (bool(torch.isfinite(scaled).all()) and bool(torch.isfinite(width))):
+        # (x − min) · bins overflows the dtype: the same formula in float64.
+        counted, low, width = counted.double(), low.double(), high.double() - low.double()
+        scaled = (counted - low) * bins
+    position = (scaled / width).clamp(max=bins - 1).to(torch.int64)
     return ops.bincount(position, minlength=bins).to(x.dtype)
 
 
@@ -201,6 +246,11 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
             raise detcoll.InvalidArgumentError(
                 f"{op}: offset2bag has {offset2bag.numel()} elements for {indices.numel()} "
                 "indices")
+        if offset2bag.numel() and (
+                int(offset2bag.min()) < 0 or int(offset2bag.max()) >= bags or
+                bool((offset2bag[1:] < offset2bag[:-1]).any())):
+            raise detcoll.InvalidArgumentError(
+                f"{op}: offset2bag must be non-decreasing bags in [0, {bags})")
         # Bag b's indices start at the first position whose bag is b or later.
         offsets = torch.searchsorted(offset2bag.contiguous(),
                                      torch.arange(bags, device=g.device))
@@ -212,6 +262,9 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
         raise detcoll.InvalidArgumentError(
             f"{op}: maximum_indices {tuple(maximum_indices.shape)} must be {(bags, dim)}")
     bag_size = _indices(bag_size, op, "bag_size")
+    if bag_size.numel() != bags:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: bag_size has {bag_size.numel()} elements for {bags} bags")
     rows = maximum_indices
     taken = (bag_size.reshape(-1, 1) > 0) & (rows >= 0) & (rows != int(padding_idx))
     if bool(((rows >= num_weights) & taken).any()):

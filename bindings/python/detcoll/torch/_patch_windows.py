@@ -39,19 +39,19 @@ def _pool_entries():
             _avg_pool_backward)
         entries[f"_adaptive_avg_pool{d}d_backward"] = (
             f"aten::_adaptive_avg_pool{d}d_backward(Tensor grad_output, Tensor self) -> Tensor",
-            lambda grad_output, self: _adjoints.adaptive_avg_pool_backward(grad_output,
-                                                                           self.shape))
+            lambda grad_output, self, d=d: _adjoints.adaptive_avg_pool_backward(
+                grad_output, self.shape, d))
         entries[f"adaptive_max_pool{d}d_backward"] = (
             f"aten::adaptive_max_pool{d}d_backward(Tensor grad_output, Tensor self, "
             "Tensor indices) -> Tensor",
-            lambda grad_output, self, indices: _adjoints.max_pool_backward(
-                grad_output, self.shape, indices))
+            lambda grad_output, self, indices, d=d: _adjoints.max_pool_backward(
+                grad_output, self.shape, indices, d))
     entries["max_pool3d_with_indices_backward"] = (
         "aten::max_pool3d_with_indices_backward(Tensor grad_output, Tensor self, "
         "int[3] kernel_size, int[3] stride, int[3] padding, int[3] dilation, bool ceil_mode, "
         "Tensor indices) -> Tensor",
         lambda grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices:
-            _adjoints.max_pool_backward(grad_output, self.shape, indices))
+            _adjoints.max_pool_backward(grad_output, self.shape, indices, 3))
     entries["max_unpool2d"] = (
         "aten::max_unpool2d(Tensor self, Tensor indices, int[2] output_size) -> Tensor",
         lambda self, indices, output_size: _adjoints.max_unpool(self, indices, output_size))
@@ -103,9 +103,9 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     _no_overlap("index_put_", self, values, *[i for i in indices if i is not None])
     if self.dtype in _NARROW_INTEGERS:
         wide = self.long()
-        _indexing.index_put_(wide, list(indices), values.long(), accumulate)
+        _indexing._index_put(wide, list(indices), values.long(), accumulate)
         return self.copy_(wide)
-    return _indexing.index_put_(self, list(indices), values, accumulate)
+    return _indexing._index_put(self, list(indices), values, accumulate)
 
 
 def _put_(self, index, source, accumulate=False):
@@ -113,9 +113,9 @@ def _put_(self, index, source, accumulate=False):
     _no_overlap("put_", self, index, source)
     if self.dtype in _NARROW_INTEGERS:
         wide = self.long()
-        _indexing.put_(wide, _index(index), source.long(), accumulate)
+        _indexing._put(wide, _index(index), source.long(), accumulate)
         return self.copy_(wide)
-    return _indexing.put_(self, _index(index), source, accumulate)
+    return _indexing._put(self, _index(index), source, accumulate)
 
 
 def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,

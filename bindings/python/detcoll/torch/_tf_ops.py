@@ -12,6 +12,7 @@ the same product with the sparse matrix transposed (README, "Deterministic ops")
 """
 
 import torch
+from torch.autograd.function import once_differentiable
 
 import detcoll
 from detcoll.torch import ops
@@ -52,48 +53,51 @@ class _CropAndResize(torch.autograd.Function):
     def forward(ctx, image, boxes, box_indices, crop_size, method, extrapolation_value):
         n, height, width, channels = image.shape
         ch, cw = crop_size
+        count = boxes.shape[0]
         ys, dy1, dy2 = _crop_geometry((boxes[:, 0], boxes[:, 2]), ch, height)
         xs, dx1, dx2 = _crop_geometry((boxes[:, 1], boxes[:, 3]), cw, width)
         inside = ((ys >= 0) & (ys <= height - 1)).unsqueeze(2) & \
             ((xs >= 0) & (xs <= width - 1)).unsqueeze(1)                   # [boxes, ch, cw]
         planes = image.reshape(n, height * width, channels)[box_indices]      # [boxes, HW, C]
+        shape = (count, ch * cw)
+
+        def at(r, c):
+            where = (r.long().unsqueeze(2) * width + c.long().unsqueeze(1)).reshape(shape)
+            return where, torch.gather(planes, 1, where.unsqueeze(2).expand(-1, -1, channels))
+
+        top, left = ys.floor().clamp(0, height - 1), xs.floor().clamp(0, width - 1)
+        bottom, right = ys.ceil().clamp(0, height - 1), xs.ceil().clamp(0, width - 1)
+        y_lerp, x_lerp = (ys - ys.floor()).unsqueeze(2), (xs - xs.floor()).unsqueeze(1)
+        (tl, tl_v), (tr, tr_v) = at(top, left), at(top, right)
+        (bl, bl_v), (br, br_v) = at(bottom, left), at(bottom, right)
+        xl = x_lerp.expand(-1, ch, -1).reshape(shape + (1,))
+        yl = y_lerp.expand(-1, -1, cw).reshape(shape + (1,))
+        # The boxes' gradient is the bilinear one for both methods, as TensorFlow's.
+        ctx.box_terms = (tl_v, tr_v, bl_v, br_v, xl, yl, dy1, dy2, dx1, dx2)
         if method == "nearest":
-            y = torch.round(ys).clamp(0, height - 1).long()
-            x = torch.round(xs).clamp(0, width - 1).long()
-            where = (y.unsqueeze(2) * width + x.unsqueeze(1)).reshape(len(boxes), -1)
+            # TensorFlow's roundf: half away from zero (the coordinates here are >= 0).
+            y = (ys.floor() + (ys - ys.floor() >= 0.5).to(ys.dtype)).clamp(0, height - 1)
+            x = (xs.floor() + (xs - xs.floor() >= 0.5).to(xs.dtype)).clamp(0, width - 1)
+            where, out = at(y, x)
             corners = [(where, None)]
-            out = torch.gather(planes, 1, where.unsqueeze(2).expand(-1, -1, channels))
         else:
-            top, left = ys.floor().clamp(0, height - 1), xs.floor().clamp(0, width - 1)
-            bottom, right = ys.ceil().clamp(0, height - 1), xs.ceil().clamp(0, width - 1)
-            y_lerp, x_lerp = (ys - ys.floor()).unsqueeze(2), (xs - xs.floor()).unsqueeze(1)
-            shape = (len(boxes), ch * cw)
-
-            def at(r, c):
-                where = (r.long().unsqueeze(2) * width + c.long().unsqueeze(1)).reshape(shape)
-                return where, torch.gather(planes, 1, where.unsqueeze(2).expand(-1, -1, channels))
-
-            (tl, tl_v), (tr, tr_v) = at(top, left), at(top, right)
-            (bl, bl_v), (br, br_v) = at(bottom, left), at(bottom, right)
-            xl, yl = x_lerp.expand(-1, ch, -1).reshape(shape + (1,)), \
-                y_lerp.expand(-1, -1, cw).reshape(shape + (1,))
             upper = tl_v + (tr_v - tl_v) * xl
             lower = bl_v + (br_v - bl_v) * xl
             out = upper + (lower - upper) * yl
             corners = [(tl, (1 - yl) * (1 - xl)), (tr, (1 - yl) * xl), (bl, yl * (1 - xl)),
                        (br, yl * xl)]
-            ctx.box_terms = (tl_v, tr_v, bl_v, br_v, xl, yl, dy1, dy2, dx1, dx2)
-        mask = inside.reshape(len(boxes), -1, 1)
-        out = torch.where(mask, out, torch.full_like(out, float(extrapolation_value)))
+        mask = inside.reshape(count, ch * cw, 1)
+        out = torch.where(mask, out, torch.full_like(out, extrapolation_value))
         ctx.corners, ctx.mask, ctx.box_indices = corners, mask, box_indices
-        ctx.image_shape, ctx.method = image.shape, method
-        return out.reshape(len(boxes), ch, cw, channels)
+        ctx.image_shape = image.shape
+        return out.reshape(count, ch, cw, channels)
 
     @staticmethod
+    @once_differentiable  # detcoll's kernels write through pointers: no graph
     def backward(ctx, grad):
         n, height, width, channels = ctx.image_shape
-        boxes = grad.shape[0]
-        g = torch.where(ctx.mask, grad.reshape(boxes, -1, channels), torch.zeros(
+        boxes, positions = ctx.mask.shape[:2]
+        g = torch.where(ctx.mask, grad.reshape(boxes, positions, channels), torch.zeros(
             (), dtype=grad.dtype, device=grad.device))                      # [boxes, P, C]
         # Image: every (box, position, corner) adds weight × gradient into its pixel, per channel.
         where, src = [], []
@@ -105,19 +109,17 @@ class _CropAndResize(torch.autograd.Function):
         src = torch.stack(src, 2).reshape(-1, channels)
         image_grad = torch.zeros(n * height * width, channels, dtype=grad.dtype,
                                  device=grad.device)
-        ops.index_add_(image_grad, 0, where, src.contiguous())
+        if where.numel() and channels:
+            ops.index_add_(image_grad, 0, where, src.contiguous())
         image_grad = image_grad.reshape(ctx.image_shape)
-        if ctx.method == "nearest":
-            return image_grad, torch.zeros(boxes, 4, dtype=grad.dtype, device=grad.device), \
-                None, None, None, None
         tl_v, tr_v, bl_v, br_v, xl, yl, dy1, dy2, dx1, dx2 = ctx.box_terms
         upper = tl_v + (tr_v - tl_v) * xl
         lower = bl_v + (br_v - bl_v) * xl
         along_y = ops.sum(g * (lower - upper), dim=2)                        # [boxes, P]
         along_x = ops.sum(g * ((tr_v - tl_v) * (1 - yl) + (br_v - bl_v) * yl), dim=2)
         ch, cw = dy1.shape[1], dx1.shape[1]
-        per_y = lambda d: d.unsqueeze(2).expand(-1, -1, cw).reshape(boxes, -1)  # noqa: E731
-        per_x = lambda d: d.unsqueeze(1).expand(-1, ch, -1).reshape(boxes, -1)  # noqa: E731
+        per_y = lambda d: d.unsqueeze(2).expand(-1, -1, cw).reshape(boxes, positions)  # noqa: E731
+        per_x = lambda d: d.unsqueeze(1).expand(-1, ch, -1).reshape(boxes, positions)  # noqa: E731
         box_grad = torch.stack([ops.sum(along_y * per_y(dy1), dim=1),
                                 ops.sum(along_x * per_x(dx1), dim=1),
                                 ops.sum(along_y * per_y(dy2), dim=1),
@@ -150,9 +152,17 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear",
         raise detcoll.InvalidArgumentError(
             f"{op}: a box index is outside the batch of {image.shape[0]} images")
     _one_device(op, image, ("boxes", boxes), ("box_indices", box_indices))
-    crop_size = tuple(int(v) for v in crop_size)
+    try:
+        crop_size = tuple(int(v) for v in crop_size)
+        extrapolation_value = float(extrapolation_value)
+    except (TypeError, ValueError):
+        raise detcoll.InvalidArgumentError(
+            f"{op}: crop_size {crop_size!r} must be 2 sizes and extrapolation_value "
+            f"{extrapolation_value!r} a number") from None
     if len(crop_size) != 2 or min(crop_size) < 1:
         raise detcoll.InvalidArgumentError(f"{op}: crop_size {crop_size} must be 2 positive sizes")
+    if boxes.numel() and not bool(torch.isfinite(boxes).all()):
+        raise detcoll.InvalidArgumentError(f"{op}: a box has a coordinate that is not finite")
     return _CropAndResize.apply(image, boxes, box_indices, crop_size, method,
                                 extrapolation_value)
 
@@ -174,6 +184,7 @@ class _SparseDense(torch.autograd.Function):
         return _spmm(rows, cols, values, shape[0], dense)
 
     @staticmethod
+    @once_differentiable  # detcoll's kernels write through pointers: no graph
     def backward(ctx, grad):
         rows, cols, values, dense = ctx.saved_tensors
         grad_values = grad_dense = None
@@ -198,8 +209,11 @@ def sparse_dense_matmul(sp_indices, sp_values, dense_shape, dense, adjoint_a=Fal
     _same_dtype(op, values, dense, "dense")
     _one_device(op, dense, ("sp_indices", sp_indices), ("sp_values", values))
     shape = tuple(int(v) for v in dense_shape)
-    if len(shape) != 2 or sp_indices.dim() != 2 or sp_indices.shape[1] != 2 or \
-            tuple(values.shape) != (sp_indices.shape[0],):
+    if dense.dim() != 2:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: dense must be a matrix, got {tuple(dense.shape)}")
+    if len(shape) != 2 or min(shape, default=0) < 0 or sp_indices.dim() != 2 or \
+            sp_indices.shape[1] != 2 or tuple(values.shape) != (sp_indices.shape[0],):
         raise detcoll.InvalidArgumentError(
             f"{op}: sp_indices {tuple(sp_indices.shape)} must be [nnz, 2], sp_values "
             f"{tuple(values.shape)} [nnz] and dense_shape {shape} 2 sizes")

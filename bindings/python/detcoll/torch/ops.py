@@ -13,6 +13,7 @@ may be non-contiguous (they are copied).
 """
 
 import torch
+from torch.autograd.function import once_differentiable
 
 import detcoll
 from detcoll import _detcoll
@@ -171,6 +172,7 @@ class _Embedding(torch.autograd.Function):
         return torch.nn.functional.embedding(input, weight, padding_idx)
 
     @staticmethod
+    @once_differentiable  # detcoll's kernels write through pointers: no graph
     def backward(ctx, grad):
         input, = ctx.saved_tensors
         return (None, embedding_dense_backward(grad, input, ctx.num_weights, ctx.padding_idx,
@@ -229,6 +231,7 @@ class _EmbeddingBag(torch.autograd.Function):
             padding_idx=None if padding_idx < 0 else padding_idx)
 
     @staticmethod
+    @once_differentiable  # detcoll's kernels write through pointers: no graph
     def backward(ctx, grad):
         input, offsets, per_sample_weights = ctx.saved_tensors
         return (None, embedding_bag_backward(grad, input, offsets, ctx.num_weights, ctx.mode,
