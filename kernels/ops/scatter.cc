@@ -4,7 +4,11 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
 
+#include "kernels/accumulate.h"
 #include "kernels/ops/op_checks.h"
 #include "kernels/ops/segment.h"
 
@@ -242,20 +246,46 @@ Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType typ
   if (rows != nullptr) {
     DETCOLL_RETURN_IF_ERROR(checkSegments(rows, n, valuesInner, "rows").prefixed(op));
   }
-  SegmentSources in;
-  in.type = type;
-  in.rowStride = 1;
-  in.rows = rows;
-  in.weights = weights;
-  in.weightType = type == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
-  const size_t size = dataTypeSize(type);
-  for (int64_t p = 0; p < planes; ++p) {
-    in.values = static_cast<const char*>(values) + p * valuesInner * size;
-    void* plane = static_cast<char*>(out) + p * outInner * size;
-    DETCOLL_RETURN_IF_ERROR(scatterReduce(destination, n, outInner, Skip{}, in,
-                                          SegmentOutput{plane, 1, 1, SegmentInit::kZero}, threads)
-                                .prefixed(op));
-  }
+  // Each plane in one pass over the sources in order, into accumulators (the output itself
+  // where the dtype is its own accumulation type): the bits of the segment engine's contract,
+  // which the device formulation computes by its sort. Threads take whole planes.
+  visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename Traits<T>::Acc;
+    constexpr bool kInPlace = std::is_same_v<T, A>;
+    const A* w = static_cast<const A*>(weights);
+    auto run = [&](int64_t first, int64_t last) {
+      std::vector<A> buffer(kInPlace ? 0 : static_cast<size_t>(outInner));
+      for (int64_t p = first; p < last; ++p) {
+        const T* in = static_cast<const T*>(values) + p * valuesInner;
+        T* plane = static_cast<T*>(out) + p * outInner;
+        A* acc = kInPlace ? reinterpret_cast<A*>(plane) : buffer.data();
+        std::fill(acc, acc + outInner, A{});
+        for (int64_t s = 0; s < n; ++s) {
+          const A v = Traits<T>::load(in[rows != nullptr ? rows[s] : s]);
+          A& a = acc[destination[s]];
+          a = w != nullptr ? wrapAdd(a, wrapMultiply(w[s], v)) : wrapAdd(a, v);
+        }
+        if constexpr (!kInPlace) {
+          for (int64_t d = 0; d < outInner; ++d) plane[d] = Traits<T>::round(acc[d]);
+        }
+      }
+    };
+    int workers =
+        threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    workers = static_cast<int>(
+        std::min<int64_t>({workers, 1 + planes * (n + outInner) / (256 << 10), planes}));
+    if (workers <= 1) {
+      run(0, planes);
+      return;
+    }
+    std::vector<std::thread> pool;
+    for (int t = 1; t < workers; ++t) {
+      pool.emplace_back(run, planes * t / workers, planes * (t + 1) / workers);
+    }
+    run(0, planes / workers);
+    for (std::thread& t : pool) t.join();
+  });
   return Status::ok();
 }
 

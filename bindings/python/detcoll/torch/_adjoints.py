@@ -330,19 +330,28 @@ def max_unpool(input, indices, output_size):
 
 def write_last(target, dest, values):
     """target with row dest[i] replaced by values[i] (the last i where destinations repeat), as a
-    new tensor: a stable sort of the destinations, then gathers and a where. No scatter: under
-    torch's deterministic mode CUDA's index_copy_ and scatter_ run index_put_, which patch()
-    replaces with a caller of this."""
+    new tensor, by gathers and a where. No scatter: under torch's deterministic mode CUDA's
+    index_copy_ and scatter_ run index_put_, which patch() replaces with a caller of this. Where
+    the destinations are unique (bincount), each row's source comes from weighted_scatter of the
+    positions (exact in float64); otherwise from a stable sort of the destinations."""
     if dest.numel() == 0:
         return target
-    dest_sorted, order = torch.sort(dest, stable=True)
-    last = torch.ones_like(dest_sorted, dtype=torch.bool)
-    last[:-1] = dest_sorted[1:] != dest_sorted[:-1]
-    unique, source = dest_sorted[last], order[last]
     rows = torch.arange(target.shape[0], device=target.device)
-    at = torch.searchsorted(unique, rows).clamp(max=unique.numel() - 1)
-    hit = (unique.index_select(0, at) == rows).reshape((-1,) + (1,) * (target.dim() - 1))
-    return torch.where(hit, values.index_select(0, source.index_select(0, at)), target)
+    if int(ops.bincount(dest, minlength=target.shape[0]).max()) <= 1:
+        position = torch.arange(1, dest.numel() + 1, device=dest.device, dtype=torch.float64)
+        source = weighted_scatter(position.reshape(1, -1), dest, target.shape[0])[0]
+        hit = source > 0
+        picked = (source - 1).clamp(min=0).long()
+    else:
+        dest_sorted, order = torch.sort(dest, stable=True)
+        last = torch.ones_like(dest_sorted, dtype=torch.bool)
+        last[:-1] = dest_sorted[1:] != dest_sorted[:-1]
+        unique, sources = dest_sorted[last], order[last]
+        at = torch.searchsorted(unique, rows).clamp(max=unique.numel() - 1)
+        hit = unique.index_select(0, at) == rows
+        picked = sources.index_select(0, at)
+    hit = hit.reshape((-1,) + (1,) * (target.dim() - 1))
+    return torch.where(hit, values.index_select(0, picked), target)
 
 
 # ---- linear, bilinear, trilinear and bicubic interpolation ----
