@@ -279,7 +279,7 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
 
     def step(d):
         t = table.to(d).requires_grad_()
-        a, b, c = (image.to(d).requires_grad_() for _ in range(3))
+        a, b, c = (image.to(d).detach().clone().requires_grad_() for _ in range(3))
         torch.autograd.backward(
             [torch.nn.functional.embedding(ids.to(d), t),
              torch.nn.functional.max_pool2d(a, 3, 2, 1),
