@@ -288,7 +288,7 @@ def test_patch_runs_detcolls_kernels_for_cuda_tensors_under_deterministic_algori
              torch.nn.functional.interpolate(c, size=(34, 38), mode="nearest")],
             [up_e.to(d), up_p.to(d), up_u.to(d), up_u.to(d)])
         return [t.grad, a.grad, b.grad, c.grad,
-                base.to(d).index_add_(0, rows.to(d), src.to(d)),
+                base.to(d).clone().index_add_(0, rows.to(d), src.to(d)),
                 torch.scatter_add(base.to(d), 0, rows.to(d)[:, None].expand(-1, 8), src.to(d)),
                 torch.bincount(rows.to(d), src[:, 0].to(d), minlength=45),
                 torch.nn.functional.nll_loss(src.to(d), rows.to(d) % 8, base[0].abs().to(d)),
