@@ -43,7 +43,7 @@ void sumRange(const T* in, const std::vector<int64_t>& outBase, const std::vecto
               T* out, int64_t first, int64_t last) {
   std::vector<AccOf<T>> sums;
   for (int64_t o = first; o < last; ++o)
-    out[o] = Traits<T>::round(treeSum(in + outBase[o], offsets, sums));
+    out[o] = Traits<T>::store(treeSum(in + outBase[o], offsets, sums));
 }
 
 template <typename T>

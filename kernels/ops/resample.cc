@@ -55,7 +55,7 @@ AccOf<T>* planeAccumulator(T* plane, int64_t size, std::vector<AccOf<T>>& buffer
 template <typename T>
 void storePlane(T* plane, int64_t size, const std::vector<AccOf<T>>& buffer) {
   if constexpr (!std::is_same_v<T, AccOf<T>>) {
-    for (int64_t i = 0; i < size; ++i) plane[i] = kernels::Traits<T>::round(buffer[i]);
+    for (int64_t i = 0; i < size; ++i) plane[i] = kernels::Traits<T>::store(buffer[i]);
   }
 }
 

@@ -135,7 +135,7 @@ struct BilinearBackwardBody {
         }
       }
     }
-    gradInput[t] = kernels::Traits<T>::round(acc);
+    gradInput[t] = kernels::Traits<T>::store(acc);
   }
 };
 
@@ -269,7 +269,7 @@ struct MaxPoolBackwardBody {
         if (index[o] == position) acc = acc + kernels::Traits<T>::load(grad[o]);
       }
     }
-    gradInput[t] = kernels::Traits<T>::round(acc);
+    gradInput[t] = kernels::Traits<T>::store(acc);
   }
 };
 

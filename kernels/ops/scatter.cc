@@ -266,9 +266,8 @@ Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType typ
           A& a = acc[destination[s]];
           a = w != nullptr ? wrapAdd(a, wrapMultiply(w[s], v)) : wrapAdd(a, v);
         }
-        if constexpr (!kInPlace) {
-          for (int64_t d = 0; d < outInner; ++d) plane[d] = Traits<T>::round(acc[d]);
-        }
+        // Every NaN becomes the dtype's canonical one (Traits::store), as on the device.
+        for (int64_t d = 0; d < outInner; ++d) plane[d] = Traits<T>::store(acc[d]);
       }
     };
     int workers =

@@ -63,10 +63,10 @@ void reduceRange(const SegmentPlan& plan, const SegmentSources& in, const Segmen
     if (out.mean) {
       const int64_t k = end - begin;
       for (int64_t c = 0; c < columns; ++c) {
-        row[c] = k == 0 ? Traits<T>::round(A{}) : Traits<T>::round(acc[c] / static_cast<A>(k));
+        row[c] = k == 0 ? Traits<T>::store(A{}) : Traits<T>::store(acc[c] / static_cast<A>(k));
       }
     } else {
-      for (int64_t c = 0; c < columns; ++c) row[c] = Traits<T>::round(acc[c]);
+      for (int64_t c = 0; c < columns; ++c) row[c] = Traits<T>::store(acc[c]);
     }
   }
 }
@@ -141,6 +141,19 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
   }
   const bool plain = !counting && columns == 1 && in.rows == nullptr && in.weights == nullptr &&
                      !scaled && !skip.value && !skip.negative;
+  // The in-place path's written rows, whose NaNs become the dtype's canonical one at the end
+  // (Traits::store, as every other write here and on the device); rows no source reaches stay
+  // bit for bit.
+  std::vector<uint8_t> touched(kInPlace ? static_cast<size_t>(width) : 0, 0);
+  auto canonical = [&]() {
+    if constexpr (kInPlace) {
+      for (int64_t d = first; d < last; ++d) {
+        if (!touched[d - first]) continue;
+        T* row = result + d * out.rowStride;
+        for (int64_t c = 0; c < columns; ++c) row[c] = Traits<T>::store(row[c]);
+      }
+    }
+  };
   if constexpr (kInPlace) {
     if (plain) {  // one value a source, added in place: the loop at its simplest
       for (int64_t s = 0; s < n; ++s) {
@@ -148,8 +161,10 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
         if (d >= first && d < last) {
           A& acc = result[d * out.rowStride];
           acc = wrapAdd(acc, values[s * in.rowStride]);
+          touched[d - first] = 1;
         }
       }
+      canonical();
       return;
     }
   }
@@ -157,6 +172,7 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
     const int64_t d = destination[s];
     if (d < first || d >= last || skip(d)) continue;
     if (counting) ++count[d - first];
+    if constexpr (kInPlace) touched[d - first] = 1;
     A* acc = accumulator(d);
     const T* source = values + (in.rows != nullptr ? in.rows[s] : s) * in.rowStride;
     if (in.weights == nullptr && !scaled) {
@@ -168,7 +184,10 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
         acc[c] = wrapAdd(acc[c], wrapMultiply(w, Traits<T>::load(source[c])));
     }
   }
-  if (!counting) return;  // the output was the accumulator
+  if (!counting) {  // the output was the accumulator
+    canonical();
+    return;
+  }
   for (int64_t d = first; d < last; ++d) {
     const int64_t k = count[d - first];
     T* row = result + d * out.rowStride;
@@ -176,9 +195,11 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
     if (k == 0 && out.init == SegmentInit::kOutput) continue;  // unchanged, bit for bit
     for (int64_t c = 0; c < columns; ++c) {
       if (out.mean) {
-        row[c] = k == 0 ? Traits<T>::round(A{}) : Traits<T>::round(acc[c] / static_cast<A>(k));
+        row[c] = k == 0 ? Traits<T>::store(A{}) : Traits<T>::store(acc[c] / static_cast<A>(k));
       } else if constexpr (!kInPlace) {
-        row[c] = Traits<T>::round(acc[c]);
+        row[c] = Traits<T>::store(acc[c]);
+      } else {
+        row[c] = Traits<T>::store(row[c]);
       }
     }
   }

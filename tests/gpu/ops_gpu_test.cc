@@ -222,6 +222,28 @@ TEST(OpsGpu, WeightedScatterPlanesRowsAndWeights) {
   }
 }
 
+TEST(OpsGpu, NaNResultsHaveTheCpuBits) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  // inf + -inf: a NaN whose bits the processor picks; both formulations write the canonical one.
+  const std::vector<float> values{INFINITY, -INFINITY, 1.0f, -INFINITY, INFINITY};
+  const std::vector<int64_t> destination{0, 0, 1, 2, 2};
+  Bytes cpu(3 * 4);
+  ASSERT_TRUE(weightedScatter(cpu.data(), 1, 3, DataType::kFloat32, destination.data(), 5,
+                              values.data(), 5, nullptr, nullptr, 0)
+                  .isOk());
+  Device out(Bytes(cpu.size())), dValues(values), dDestination(destination);
+  ASSERT_TRUE(device::weightedScatter(out.get(), 1, 3, DataType::kFloat32, dDestination.ints(), 5,
+                                      dValues.get(), 5, nullptr, nullptr, nullptr)
+                  .isOk());
+  expectSame(out.bytes(), cpu, DataType::kFloat32, "weighted_scatter of inf and -inf");
+  Bytes cpuSum(4);
+  ASSERT_TRUE(sumOverAxes(values.data(), {5}, DataType::kFloat32, {0}, cpuSum.data(), 0).isOk());
+  Device sum(Bytes(4));
+  ASSERT_TRUE(
+      device::sumOverAxes(dValues.get(), {5}, DataType::kFloat32, {0}, sum.get(), nullptr).isOk());
+  expectSame(sum.bytes(), cpuSum, DataType::kFloat32, "sum of inf and -inf");
+}
+
 TEST(OpsGpu, SumsAndBiasGradients) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
   for (DataType t : testing::kAllTypes) {

@@ -290,6 +290,62 @@ TEST(WeightedScatter, BadInputIsNamedAndTheOutputIsUntouched) {
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 7.0f; }));
 }
 
+TEST(ScatterNaN, EveryWrittenNaNIsTheCanonicalOneAndUntouchedRowsKeepTheirBits) {
+  // inf + -inf is a NaN whose bits depend on the processor (x86: 0xffc00000; a GPU: 0x7fffffff);
+  // every op of the family writes the dtype's canonical quiet NaN instead.
+  const float inf = INFINITY;
+  const uint32_t canonical = 0x7fc00000u, odd = 0x7fa12345u;  // odd: a NaN with a payload
+  auto bitsOf = [](float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return b;
+  };
+  float oddNaN;
+  std::memcpy(&oddNaN, &odd, 4);
+  {  // scatter_add 1-D (the in-place fast path), an untouched NaN row kept as it is
+    std::vector<float> self{0.0f, oddNaN, 1.0f};
+    const std::vector<float> src{inf, -inf, 2.0f};
+    const std::vector<int64_t> index{0, 0, 2};
+    ASSERT_TRUE(
+        scatterAdd(self.data(), {3}, DataType::kFloat32, 0, index.data(), {3}, src.data(), {3}, 1)
+            .isOk());
+    EXPECT_EQ(bitsOf(self[0]), canonical);
+    EXPECT_EQ(bitsOf(self[1]), odd);
+    EXPECT_EQ(self[2], 3.0f);
+  }
+  {  // index_add with alpha (the weighted in-place path)
+    std::vector<float> self{0.0f, oddNaN};
+    const std::vector<float> src{inf, -inf};
+    const std::vector<int64_t> index{0, 0};
+    ASSERT_TRUE(
+        indexAdd(self.data(), {2}, DataType::kFloat32, 0, index.data(), 2, src.data(), {2}, 0.5, 1)
+            .isOk());
+    EXPECT_EQ(bitsOf(self[0]), canonical);
+    EXPECT_EQ(bitsOf(self[1]), odd);
+  }
+  {  // weighted_scatter
+    const std::vector<float> values{inf, -inf, 1.0f};
+    const std::vector<int64_t> destination{0, 0, 1};
+    std::vector<float> out(2);
+    ASSERT_TRUE(weightedScatter(out.data(), 1, 2, DataType::kFloat32, destination.data(), 3,
+                                values.data(), 3, nullptr, nullptr, 1)
+                    .isOk());
+    EXPECT_EQ(bitsOf(out[0]), canonical);
+    EXPECT_EQ(out[1], 1.0f);
+  }
+  {  // float64 segment mean
+    const std::vector<double> data{INFINITY, -INFINITY};
+    const std::vector<int64_t> ids{0, 0};
+    std::vector<double> out(1);
+    ASSERT_TRUE(unsortedSegmentReduce(out.data(), 1, DataType::kFloat64, data.data(), {2},
+                                      ids.data(), 1, true, 1)
+                    .isOk());
+    uint64_t b;
+    std::memcpy(&b, out.data(), 8);
+    EXPECT_EQ(b, 0x7ff8000000000000ull);
+  }
+}
+
 TEST(ScatterChecks, ShapesAndIndicesAreNamedAndTheOutputIsUntouched) {
   std::vector<float> self(12, 1.0f), src(12, 2.0f);
   const std::vector<int64_t> idx{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};

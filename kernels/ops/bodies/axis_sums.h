@@ -61,7 +61,7 @@ struct RoundBody {
   T* out;
   DETCOLL_HOST_DEVICE void operator()(int64_t o) const {
     using A = typename kernels::Traits<T>::Acc;
-    out[o] = kernels::Traits<T>::round(sums != nullptr ? sums[o] : A{});
+    out[o] = kernels::Traits<T>::store(sums != nullptr ? sums[o] : A{});
   }
 };
 

@@ -126,10 +126,10 @@ struct SegmentReduceBody {
     }
     if (mean) {
       const int64_t k = end - begin;
-      *target = k == 0 ? kernels::Traits<T>::round(A{})
-                       : kernels::Traits<T>::round(acc / static_cast<A>(k));
+      *target = k == 0 ? kernels::Traits<T>::store(A{})
+                       : kernels::Traits<T>::store(acc / static_cast<A>(k));
     } else {
-      *target = kernels::Traits<T>::round(acc);
+      *target = kernels::Traits<T>::store(acc);
     }
   }
 };
