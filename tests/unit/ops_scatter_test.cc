@@ -251,6 +251,28 @@ TEST(WeightedScatter, PlanesRowsAndWeightsMatchTheLoop) {
       EXPECT_TRUE(sameBits(out, expected)) << "variant " << variant << ", threads " << threads;
     }
   }
+  // Many planes: threads take whole planes, with the bits of one thread; destinations in half
+  // of a larger output leave the rest +0 over a NaN fill.
+  {
+    const int64_t bigPlanes = 16, wideOut = 64, bigN = 40000;
+    const std::vector<int64_t> half = indices(bigN, wideOut / 2, g), from = indices(bigN, 50, g);
+    const std::vector<float> big = testing::wideFloats(bigPlanes * 50, g);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 3}) {
+      std::vector<float> out(bigPlanes * wideOut, NAN);
+      ASSERT_TRUE(weightedScatter(out.data(), bigPlanes, wideOut, DataType::kFloat32, half.data(),
+                                  bigN, big.data(), 50, from.data(), nullptr, threads)
+                      .isOk());
+      results.push_back(out);
+    }
+    EXPECT_TRUE(sameBits(results[0], results[1]));
+    for (int64_t p = 0; p < bigPlanes; ++p) {
+      for (int64_t d = wideOut / 2; d < wideOut; ++d) {
+        EXPECT_TRUE(results[0][p * wideOut + d] == 0.0f &&
+                    !std::signbit(results[0][p * wideOut + d]));
+      }
+    }
+  }
   // float64 takes double weights.
   std::vector<double> wide(planes * valuesInner), w(n), expected(planes * outInner, 0.0);
   for (size_t i = 0; i < wide.size(); ++i) wide[i] = values[i] * 1.000000119;

@@ -168,7 +168,9 @@ TEST(SerialWeightedScatter, PlanesRowsAndWeights) {
     for (int variant = 0; variant < 4; ++variant) {
       const int64_t* r = variant % 2 == 0 ? rows.data() : nullptr;
       const void* w = variant < 2 ? weights.data() : nullptr;
-      Bytes serial(planes * outInner * dataTypeSize(t), 0xab), reference = serial;
+      // Different fills: a destination either formulation skipped would show.
+      Bytes serial(planes * outInner * dataTypeSize(t), 0xab),
+          reference(planes * outInner * dataTypeSize(t), 0xcd);
       ASSERT_TRUE(testing::serial::weightedScatter(serial.data(), planes, outInner, t,
                                                    destination.data(), n, values.data(),
                                                    valuesInner, r, w)
@@ -177,6 +179,28 @@ TEST(SerialWeightedScatter, PlanesRowsAndWeights) {
                                   values.data(), valuesInner, r, w, 2)
                       .isOk());
       expectSame(serial, reference, t, "weighted_scatter variant " + std::to_string(variant));
+    }
+    {  // one plane, no rows, no weights (the values ride the sort); destinations left unwritten
+      const std::vector<int64_t> half = opIndices(n, 0, outInner / 2, 45);
+      Bytes serial(outInner * dataTypeSize(t), 0xab), reference(outInner * dataTypeSize(t), 0xcd);
+      ASSERT_TRUE(testing::serial::weightedScatter(serial.data(), 1, outInner, t, half.data(), n,
+                                                   values.data(), valuesInner, nullptr, nullptr)
+                      .isOk());
+      ASSERT_TRUE(weightedScatter(reference.data(), 1, outInner, t, half.data(), n, values.data(),
+                                  valuesInner, nullptr, nullptr, 1)
+                      .isOk());
+      expectSame(serial, reference, t, "weighted_scatter, one plane");
+    }
+    for (int64_t p : {0, 3}) {  // no planes; no sources
+      Bytes serial(3 * outInner * dataTypeSize(t), 0xab), reference = serial;
+      ASSERT_TRUE(testing::serial::weightedScatter(serial.data(), p, outInner, t,
+                                                   destination.data(), p ? 0 : n, values.data(),
+                                                   valuesInner, rows.data(), nullptr)
+                      .isOk());
+      ASSERT_TRUE(weightedScatter(reference.data(), p, outInner, t, destination.data(), p ? 0 : n,
+                                  values.data(), valuesInner, rows.data(), nullptr, 1)
+                      .isOk());
+      expectSame(serial, reference, t, "weighted_scatter edge " + std::to_string(p));
     }
     // The same words for the same bad input.
     std::vector<int64_t> bad = destination;
