@@ -344,6 +344,23 @@ DETCOLL_API detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, de
  * destination[s] = d in increasing s, of weights[s] * values[p][rows[s]] (rows NULL: s; weights
  * NULL: 1), in the accumulation type, rounded once. weights are in the accumulation type: float
  * for float32, float16 and bfloat16, double for float64. */
+/* The backward of reflection (reflect != 0) or replication padding, 1 to 3 spatial dimensions:
+ * grad_input [planes, *input_spatial] from grad_output [planes, *padded], padding 2 values per
+ * dimension in torch's order (last dimension first: left, right, top, bottom, front, back;
+ * negative values crop). Each output position's gradient is added into the position it copies,
+ * output positions in row-major order (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_pad_backward(void* grad_input, const void* grad_output,
+                                                  detcoll_dtype_t dtype, int64_t planes,
+                                                  const int64_t* input_spatial, int spatial,
+                                                  const int64_t* padding, int reflect);
+/* The backward of linear (spatial 1) and trilinear (spatial 3) upsampling (bilinear:
+ * detcoll_upsample_bilinear2d_backward): grad_input [planes, *input_spatial] from grad_output
+ * [planes, *output_spatial]; scales per axis as the forward was given them (<= 0 or NULL: none).
+ * Taps in output order, weights as PyTorch forms them (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_upsample_linear_backward(
+    void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes,
+    const int64_t* input_spatial, const int64_t* output_spatial, int spatial, int align_corners,
+    const double* scales);
 DETCOLL_API detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
                                                       detcoll_dtype_t dtype,
                                                       const int64_t* destination, int64_t n,

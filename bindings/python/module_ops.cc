@@ -78,6 +78,31 @@ void defineOps(py::module_& m) {
                                sourceShape.data(), alpha);
     });
   });
+  m.def("pad_backward", [](uintptr_t gradInput, uintptr_t gradOutput, int dtype, int64_t planes,
+                           const std::vector<int64_t>& inputSpatial,
+                           const std::vector<int64_t>& padding, bool reflect) {
+    blocking([&] {
+      return detcoll_pad_backward(ptr(gradInput), ptr(gradOutput),
+                                  static_cast<detcoll_dtype_t>(dtype), planes, inputSpatial.data(),
+                                  static_cast<int>(inputSpatial.size()), padding.data(),
+                                  reflect ? 1 : 0);
+    });
+  });
+  m.def("upsample_linear_backward",
+        [](uintptr_t gradInput, uintptr_t gradOutput, int dtype, int64_t planes,
+           const std::vector<int64_t>& inputSpatial, const std::vector<int64_t>& outputSpatial,
+           bool alignCorners, const std::vector<double>& scales) {
+          if (outputSpatial.size() != inputSpatial.size() ||
+              (!scales.empty() && scales.size() != inputSpatial.size())) {
+            throw py::value_error("upsample_linear_backward: sizes of different ranks");
+          }
+          blocking([&] {
+            return detcoll_upsample_linear_backward(
+                ptr(gradInput), ptr(gradOutput), static_cast<detcoll_dtype_t>(dtype), planes,
+                inputSpatial.data(), outputSpatial.data(), static_cast<int>(inputSpatial.size()),
+                alignCorners ? 1 : 0, scales.empty() ? nullptr : scales.data());
+          });
+        });
   m.def("weighted_scatter",
         [](uintptr_t out, int64_t planes, int64_t outInner, int dtype, uintptr_t destination,
            int64_t n, uintptr_t values, int64_t valuesInner, uintptr_t rows, uintptr_t weights) {

@@ -7,6 +7,7 @@
 #include "kernels/ops/bodies/axis_sums.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
+#include "kernels/ops/bodies/taps.h"
 #include "kernels/ops/device.h"
 
 namespace detcoll::kernels::ops::device {
@@ -64,6 +65,22 @@ Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType typ
   DeviceExecutor e(stream);
   return bodies::weightedScatter(e, out, planes, outInner, type, destination, n, values,
                                  valuesInner, rows, weights);
+}
+
+Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                   const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
+                   void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::padBackward(e, gradInput, gradOutput, type, planes, inputSpatial, padding,
+                             reflect);
+}
+
+Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType type,
+                              int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
+                              bool alignCorners, const std::vector<double>& scales, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::upsampleLinearBackward(e, gradInput, gradOutput, type, planes, inputSpatial,
+                                        outputSpatial, alignCorners, scales);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,

@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
+#include "kernels/ops/taps.h"
 
 namespace detcoll::kernels::ops::device {
 
@@ -43,6 +44,12 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights, void* stream);
+Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                   const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
+                   void* stream);
+Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType type,
+                              int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
+                              bool alignCorners, const std::vector<double>& scales, void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

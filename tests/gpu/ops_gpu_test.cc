@@ -244,6 +244,31 @@ TEST(OpsGpu, NaNResultsHaveTheCpuBits) {
   expectSame(sum.bytes(), cpuSum, DataType::kFloat32, "sum of inf and -inf");
 }
 
+TEST(OpsGpu, PaddingAndLinearUpsamplingBackward) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  for (DataType t : testing::kFloatTypes) {
+    const int64_t planes = 32;
+    const Shape in{8, 28, 28}, out{16, 56, 56};
+    const Bytes up = opValues(t, planes * 16 * 56 * 56, 81);
+    Bytes cpu(planes * 8 * 28 * 28 * dataTypeSize(t));
+    ASSERT_TRUE(
+        upsampleLinearBackward(cpu.data(), up.data(), t, planes, in, out, false, {}, 0).isOk());
+    Device dUp(up), dOut(Bytes(cpu.size()));
+    ASSERT_TRUE(device::upsampleLinearBackward(dOut.get(), dUp.get(), t, planes, in, out, false, {},
+                                               nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "trilinear backward");
+    const std::vector<int64_t> pad{3, 3, 2, 1, 1, 0};
+    const Bytes pup = opValues(t, planes * 9 * 31 * 34, 82);
+    Bytes pcpu(planes * 8 * 28 * 28 * dataTypeSize(t));
+    ASSERT_TRUE(padBackward(pcpu.data(), pup.data(), t, planes, in, pad, true, 0).isOk());
+    Device dPup(pup), dPout(Bytes(pcpu.size()));
+    ASSERT_TRUE(
+        device::padBackward(dPout.get(), dPup.get(), t, planes, in, pad, true, nullptr).isOk());
+    expectSame(dPout.bytes(), pcpu, t, "reflection pad backward");
+  }
+}
+
 TEST(OpsGpu, SumsAndBiasGradients) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
   for (DataType t : testing::kAllTypes) {

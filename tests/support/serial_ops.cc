@@ -8,6 +8,7 @@
 #include "kernels/ops/bodies/axis_sums.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
+#include "kernels/ops/bodies/taps.h"
 #include "tests/support/serial_executor.h"
 
 namespace detcoll::testing::serial {
@@ -57,6 +58,21 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
                 const void* weights, int64_t minlength) {
   SerialExecutor e;
   return bodies::bincount(e, out, outLength, type, input, count, weights, minlength);
+}
+
+Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                   const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect) {
+  SerialExecutor e;
+  return bodies::padBackward(e, gradInput, gradOutput, type, planes, inputSpatial, padding,
+                             reflect);
+}
+
+Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType type,
+                              int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
+                              bool alignCorners, const std::vector<double>& scales) {
+  SerialExecutor e;
+  return bodies::upsampleLinearBackward(e, gradInput, gradOutput, type, planes, inputSpatial,
+                                        outputSpatial, alignCorners, scales);
 }
 
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,

@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
+#include "kernels/ops/taps.h"
 
 namespace detcoll::testing::serial {
 
@@ -37,6 +38,11 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
                             bool mean, const void* perSampleWeights, int64_t paddingIdx);
 Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
                 const void* weights, int64_t minlength);
+Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                   const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect);
+Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType type,
+                              int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
+                              bool alignCorners, const std::vector<double>& scales);
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights);

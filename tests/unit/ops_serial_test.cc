@@ -223,6 +223,44 @@ TEST(SerialWeightedScatter, PlanesRowsAndWeights) {
   }
 }
 
+TEST(SerialTaps, PaddingAndLinearUpsamplingBackward) {
+  for (DataType t : testing::kFloatTypes) {
+    const int64_t planes = 3;
+    for (bool reflect : {true, false}) {
+      const Shape in{4, 5, 6};
+      const std::vector<int64_t> pad = reflect ? std::vector<int64_t>{2, 1, 0, 3, 1, 2}
+                                               : std::vector<int64_t>{-1, 4, 2, 0, 3, 1};
+      const int64_t out = (6 + pad[0] + pad[1]) * (5 + pad[2] + pad[3]) * (4 + pad[4] + pad[5]);
+      const Bytes up = opValues(t, planes * out, 71);
+      Bytes serial(planes * 120 * dataTypeSize(t), 0xab),
+          reference(planes * 120 * dataTypeSize(t), 0xcd);
+      ASSERT_TRUE(
+          testing::serial::padBackward(serial.data(), up.data(), t, planes, in, pad, reflect)
+              .isOk());
+      ASSERT_TRUE(padBackward(reference.data(), up.data(), t, planes, in, pad, reflect, 2).isOk());
+      expectSame(serial, reference, t, reflect ? "reflection pad" : "replication pad");
+    }
+    for (bool align : {false, true}) {
+      const Shape in{3, 4, 5}, out{7, 4, 9};
+      const Bytes up = opValues(t, planes * 252, 72);
+      Bytes serial(planes * 60 * dataTypeSize(t), 0xab),
+          reference(planes * 60 * dataTypeSize(t), 0xcd);
+      ASSERT_TRUE(testing::serial::upsampleLinearBackward(serial.data(), up.data(), t, planes, in,
+                                                          out, align, {2.3, 0, 1.8})
+                      .isOk());
+      ASSERT_TRUE(upsampleLinearBackward(reference.data(), up.data(), t, planes, in, out, align,
+                                         {2.3, 0, 1.8}, 2)
+                      .isOk());
+      expectSame(serial, reference, t, "trilinear");
+    }
+    // The same words for the same bad input.
+    Bytes a(64), b(64);
+    expectSameError(testing::serial::padBackward(a.data(), a.data(), t, 1, {3}, {3, 0}, true),
+                    padBackward(b.data(), b.data(), t, 1, {3}, {3, 0}, true, 1),
+                    "reflection too wide");
+  }
+}
+
 TEST(SerialBincount, WeightsAndCounts) {
   const std::vector<int64_t> input = opIndices(3000, 0, 50, 17);
   for (DataType t : testing::kAllTypes) {

@@ -150,17 +150,13 @@ def _pad_backward(grad_output, input_size, padding, mode):
             raise detcoll.InvalidArgumentError(
                 f"{op}: padding {padding} does not fit input size {input_size}")
     g = _grad(grad_output, input_size, spatial, outs, op)
-    axes = []
-    for s, (lo, _), o in zip(sizes, pads, outs):
-        i = torch.arange(o, device=g.device) - lo
-        if mode == "reflection":
-            i = i.abs()
-            i = torch.where(i >= s, 2 * (s - 1) - i, i)
-        else:
-            i = i.clamp(0, s - 1)
-        axes.append((i.reshape(o, 1), None, None, s))
-    linear, _, _ = _grid(axes)
-    return _add_back(g, input_size, spatial, linear, g)
+    out = torch.zeros(input_size, dtype=g.dtype, device=g.device)
+    if g.numel():
+        # detcoll_pad_backward: the taps (kernels/ops/taps.h), then weighted_scatter.
+        _detcoll.pad_backward(out.data_ptr(), g.data_ptr(), DTYPES[g.dtype],
+                              math.prod(input_size[:-spatial]), sizes, padding,
+                              mode == "reflection")
+    return out
 
 
 def reflection_pad_backward(grad_output, input_size, padding):
@@ -356,11 +352,6 @@ def write_last(target, dest, values):
 
 # ---- linear, bilinear, trilinear and bicubic interpolation ----
 
-def _accumulation(t):
-    """The accumulation type of t's dtype: weighted_scatter's weights."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
 def _scale_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32  # torch's opmath type
 
@@ -388,23 +379,6 @@ def _source(m, ratio, align_corners, cubic, dtype, device):
         return ratio * dst
     src = ratio * (dst + 0.5) - 0.5
     return src if cubic else src.clamp(min=0)
-
-
-def _linear_axis(n, m, align_corners, scale, dtype, device):
-    """Taps (i0, i1) and weights (1 - λ, λ) of one axis, as torch's compute_source_index_and_lambda
-    gives them."""
-    if n == m:
-        index = torch.arange(m, device=device)
-        return (torch.stack([index, index], 1),
-                torch.stack([torch.ones(m, dtype=dtype, device=device),
-                             torch.zeros(m, dtype=dtype, device=device)], 1))
-    real = _source(m, _area_scale(n, m, align_corners, scale, dtype), align_corners, False,
-                   dtype, device)
-    i0 = real.long()
-    i1 = i0 + (i0 < n - 1).long()
-    lam1 = (real - i0.to(dtype)).clamp(0, 1)
-    lam0 = 1.0 - lam1
-    return torch.stack([i0, i1], 1), torch.stack([lam0, lam1], 1)
 
 
 def _cubic_axis(n, m, align_corners, scale, dtype, device):
@@ -465,20 +439,20 @@ def upsample_backward(grad_output, output_size, input_size, align_corners, scale
         # Bilinear has its own kernel (_gathers.py), whose bits these are.
         return _gathers.upsample_bilinear2d_backward(g, output_size, input_size, align_corners,
                                                      *scales)
-    axis_of = _cubic_axis if mode == "bicubic" else _linear_axis
-    axes = []
-    for n, m, scale in zip(input_size[2:], output_size, scales):
-        taps, weights = axis_of(n, m, bool(align_corners), scale, dtype, g.device)
-        axes.append((taps, weights, None, n))
-    if mode == "bicubic":
-        # torch's loop: x taps outer, y inner, value * y_coeff * x_coeff.
-        (ty, wy, _, ny), (tx, wx, _, nx) = axes
-        linear = (ty.reshape(-1, 1, 1, 4) * nx + tx.reshape(1, -1, 4, 1))
-        value = g.to(dtype).reshape(-1, output_size[0], output_size[1], 1, 1)
-        src = value * wy.reshape(1, -1, 1, 1, 4) * wx.reshape(1, 1, -1, 4, 1)
-        # One value per tap (torch's product order), added in place.
-        return _add_back(g, input_size, spatial, linear, src.to(g.dtype).reshape(
-            src.shape[0], -1))
-    # torch's loop: taps (t0|t1, h0|h1, w0|w1) row-major, weight t·h·w times the gradient.
-    linear, weight, _ = _grid(axes)
-    return _add_back(g, input_size, spatial, linear, g, weights=weight.to(_accumulation(g)))
+    if mode == "linear":
+        # detcoll_upsample_linear_backward: the taps (kernels/ops/taps.h), then weighted_scatter.
+        out = torch.empty(input_size, dtype=g.dtype, device=g.device)
+        _detcoll.upsample_linear_backward(
+            out.data_ptr(), g.data_ptr(), DTYPES[g.dtype], input_size[0] * input_size[1],
+            input_size[2:], output_size, bool(align_corners),
+            [-1.0 if s is None else s for s in scales])
+        return out
+    # Bicubic: torch's loop takes x taps outer, y inner, value * y_coeff * x_coeff.
+    (ty, wy), (tx, wx) = [_cubic_axis(n, m, bool(align_corners), scale, dtype, g.device)
+                          for n, m, scale in zip(input_size[2:], output_size, scales)]
+    nx = input_size[3]
+    linear = (ty.reshape(-1, 1, 1, 4) * nx + tx.reshape(1, -1, 4, 1))
+    value = g.to(dtype).reshape(-1, output_size[0], output_size[1], 1, 1)
+    src = value * wy.reshape(1, -1, 1, 1, 4) * wx.reshape(1, 1, -1, 4, 1)
+    # One value per tap (torch's product order), added in place.
+    return _add_back(g, input_size, spatial, linear, src.to(g.dtype).reshape(src.shape[0], -1))

@@ -1,0 +1,65 @@
+#pragma once
+
+// The backward of padding and of linear upsampling (taps.h) on an executor: the taps, computed
+// on the host as the CPU reference computes them, copied to the executor's memory, then
+// weightedScatter's data-parallel formulation (scatter.h). The same taps and the same scatter
+// contract give the CPU reference's bits.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "kernels/ops/bodies/scatter.h"
+#include "kernels/ops/taps.h"
+
+namespace detcoll::kernels::ops::bodies {
+
+template <typename E, typename T>
+const T* upload(E& e, const std::vector<T>& host) {
+  if (host.empty()) return nullptr;
+  T* device = e.template alloc<T>(static_cast<int64_t>(host.size()));
+  e.toDevice(device, host.data(), host.size() * sizeof(T));
+  return device;
+}
+
+template <typename E>
+Status scatterTaps(E& e, const char* op, const Taps& taps, void* gradInput, const void* gradOutput,
+                   DataType type, int64_t planes) {
+  if (planes < 0) return Status::invalidArgument(std::string(op) + ": negative size");
+  const bool wide = type == DataType::kFloat64;
+  if (taps.weights() != nullptr && wide != !taps.weights64.empty()) {
+    return Status::internal(std::string(op) + ": taps of the other precision");
+  }
+  const int64_t* destination = upload(e, taps.destination);
+  const int64_t* rows = upload(e, taps.rows);
+  const void* weights = wide ? static_cast<const void*>(upload(e, taps.weights64))
+                             : static_cast<const void*>(upload(e, taps.weights32));
+  DETCOLL_RETURN_IF_ERROR(e.status());
+  return weightedScatter(e, gradInput, planes, taps.inputs, type, destination,
+                         static_cast<int64_t>(taps.destination.size()), gradOutput, taps.outputs,
+                         rows, weights)
+      .prefixed(op);
+}
+
+template <typename E>
+Status padBackward(E& e, void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                   const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect) {
+  Taps taps;
+  DETCOLL_RETURN_IF_ERROR(padTaps(inputSpatial, padding, reflect, &taps));
+  return scatterTaps(e, reflect ? "reflection_pad_backward" : "replication_pad_backward", taps,
+                     gradInput, gradOutput, type, planes);
+}
+
+template <typename E>
+Status upsampleLinearBackward(E& e, void* gradInput, const void* gradOutput, DataType type,
+                              int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
+                              bool alignCorners, const std::vector<double>& scales) {
+  Taps taps;
+  DETCOLL_RETURN_IF_ERROR(linearTaps(inputSpatial, outputSpatial, alignCorners, scales,
+                                     type == DataType::kFloat64, &taps));
+  return scatterTaps(e, "upsample_linear_backward", taps, gradInput, gradOutput, type, planes);
+}
+
+}  // namespace detcoll::kernels::ops::bodies

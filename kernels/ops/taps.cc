@@ -1,0 +1,213 @@
+#include "kernels/ops/taps.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace detcoll::kernels::ops {
+namespace {
+
+// One axis' taps: `taps` per output position, index[o * taps + t] and weight[o * taps + t].
+template <typename O>
+struct Axis {
+  int64_t inputs = 0, outputs = 0, taps = 1;
+  std::vector<int64_t> index;
+  std::vector<O> weight;  // empty: 1
+};
+
+// The taps of every output position, the axes' taps combined row-major; weights multiplied
+// first axis first, in O.
+template <typename O>
+void combine(const std::vector<Axis<O>>& axes, std::vector<O>* weights, Taps* taps) {
+  int64_t outputs = 1, inputs = 1, per = 1;
+  for (const Axis<O>& a : axes) {
+    outputs *= a.outputs;
+    inputs *= a.inputs;
+    per *= a.taps;
+  }
+  taps->inputs = inputs;
+  taps->outputs = outputs;
+  const bool weighted = !axes.front().weight.empty();
+  taps->destination.resize(static_cast<size_t>(outputs * per));
+  if (per > 1) taps->rows.resize(static_cast<size_t>(outputs * per));
+  if (weighted) weights->resize(static_cast<size_t>(outputs * per));
+  const size_t rank = axes.size();
+  std::vector<int64_t> o(rank, 0), t(rank, 0);
+  int64_t at = 0;
+  for (int64_t flat = 0; flat < outputs; ++flat) {
+    int64_t rest = flat;
+    for (size_t a = rank; a-- > 0;) {
+      o[a] = rest % axes[a].outputs;
+      rest /= axes[a].outputs;
+    }
+    for (int64_t k = 0; k < per; ++k, ++at) {
+      int64_t tap = k;
+      for (size_t a = rank; a-- > 0;) {
+        t[a] = tap % axes[a].taps;
+        tap /= axes[a].taps;
+      }
+      int64_t d = 0;
+      O w = 1;
+      for (size_t a = 0; a < rank; ++a) {
+        const int64_t j = o[a] * axes[a].taps + t[a];
+        d = d * axes[a].inputs + axes[a].index[j];
+        if (weighted) w = a == 0 ? axes[a].weight[j] : w * axes[a].weight[j];
+      }
+      taps->destination[at] = d;
+      if (per > 1) taps->rows[at] = flat;
+      if (weighted) (*weights)[at] = w;
+    }
+  }
+}
+
+Status spatialOf(const char* op, size_t rank) {
+  if (rank < 1 || rank > 3) {
+    return Status::invalidArgument(std::string(op) + ": " + std::to_string(rank) +
+                                   " spatial dimensions; 1 to 3");
+  }
+  return Status::ok();
+}
+
+template <typename O>
+Axis<O> linearAxis(int64_t n, int64_t m, bool align, double scale) {
+  Axis<O> a;
+  a.inputs = n;
+  a.outputs = m;
+  a.taps = 2;
+  a.index.resize(static_cast<size_t>(2 * m));
+  a.weight.resize(static_cast<size_t>(2 * m));
+  O ratio;
+  if (align) {
+    ratio = m > 1 ? static_cast<O>(n - 1) / static_cast<O>(m - 1) : O(0);
+  } else {
+    ratio = scale > 0 ? static_cast<O>(1.0 / scale) : static_cast<O>(n) / static_cast<O>(m);
+  }
+  for (int64_t o = 0; o < m; ++o) {
+    if (n == m) {
+      a.index[2 * o] = a.index[2 * o + 1] = o;
+      a.weight[2 * o] = 1;
+      a.weight[2 * o + 1] = 0;
+      continue;
+    }
+    O real = align ? ratio * static_cast<O>(o) : ratio * (static_cast<O>(o) + O(0.5)) - O(0.5);
+    if (!align && real < 0) real = 0;
+    const int64_t i0 = static_cast<int64_t>(real);
+    const O l1 = std::min(std::max(real - static_cast<O>(i0), O(0)), O(1));
+    a.index[2 * o] = i0;
+    a.index[2 * o + 1] = i0 + (i0 < n - 1 ? 1 : 0);
+    a.weight[2 * o] = O(1) - l1;
+    a.weight[2 * o + 1] = l1;
+  }
+  return a;
+}
+
+}  // namespace
+
+Status padTaps(const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
+               Taps* taps) {
+  const char* op = reflect ? "reflection_pad_backward" : "replication_pad_backward";
+  DETCOLL_RETURN_IF_ERROR(spatialOf(op, inputSpatial.size()));
+  const size_t rank = inputSpatial.size();
+  if (padding.size() != 2 * rank) {
+    return Status::invalidArgument(std::string(op) + ": " + std::to_string(padding.size()) +
+                                   " padding values for " + std::to_string(rank) +
+                                   " spatial dimensions");
+  }
+  std::vector<Axis<float>> axes(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    // torch's list names the last dimension first.
+    const int64_t n = inputSpatial[a], lo = padding[2 * (rank - 1 - a)],
+                  hi = padding[2 * (rank - 1 - a) + 1], m = n + lo + hi;
+    if (n < 1 || m < 1 || (reflect && (lo >= n || hi >= n))) {
+      return Status::invalidArgument(std::string(op) + ": padding (" + std::to_string(lo) + ", " +
+                                     std::to_string(hi) + ") does not fit an input of " +
+                                     std::to_string(n));
+    }
+    Axis<float>& axis = axes[a];
+    axis.inputs = n;
+    axis.outputs = m;
+    axis.index.resize(static_cast<size_t>(m));
+    for (int64_t o = 0; o < m; ++o) {
+      int64_t i = o - lo;
+      if (reflect) {
+        i = i < 0 ? -i : i;
+        if (i >= n) i = 2 * (n - 1) - i;
+      } else {
+        i = std::min(std::max<int64_t>(i, 0), n - 1);
+      }
+      axis.index[o] = i;
+    }
+  }
+  std::vector<float> none;
+  combine(axes, &none, taps);
+  return Status::ok();
+}
+
+Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool alignCorners,
+                  const std::vector<double>& scales, bool wide, Taps* taps) {
+  const char* op = "upsample_linear_backward";
+  DETCOLL_RETURN_IF_ERROR(spatialOf(op, inputSpatial.size()));
+  const size_t rank = inputSpatial.size();
+  if (outputSpatial.size() != rank || scales.size() > rank) {
+    return Status::invalidArgument(
+        std::string(op) + ": the input's, the output's and the scales' " + "dimensions differ");
+  }
+  for (size_t a = 0; a < rank; ++a) {
+    if (inputSpatial[a] < 1 || outputSpatial[a] < 1) {
+      return Status::invalidArgument(std::string(op) + ": a spatial size is 0 or negative");
+    }
+  }
+  auto build = [&](auto zero, auto* weights) {
+    using O = decltype(zero);
+    std::vector<Axis<O>> axes;
+    for (size_t a = 0; a < rank; ++a) {
+      axes.push_back(linearAxis<O>(inputSpatial[a], outputSpatial[a], alignCorners,
+                                   a < scales.size() ? scales[a] : 0.0));
+    }
+    combine(axes, weights, taps);
+  };
+  if (wide) {
+    build(0.0, &taps->weights64);
+  } else {
+    build(0.0f, &taps->weights32);
+  }
+  return Status::ok();
+}
+
+namespace {
+
+Status scatterTaps(const char* op, const Taps& taps, void* gradInput, const void* gradOutput,
+                   DataType type, int64_t planes, int threads) {
+  if (planes < 0) return Status::invalidArgument(std::string(op) + ": negative size");
+  const bool wide = type == DataType::kFloat64;
+  if (taps.weights() != nullptr && wide != !taps.weights64.empty()) {
+    return Status::internal(std::string(op) + ": taps of the other precision");
+  }
+  return weightedScatter(gradInput, planes, taps.inputs, type, taps.destination.data(),
+                         static_cast<int64_t>(taps.destination.size()), gradOutput, taps.outputs,
+                         taps.rows.empty() ? nullptr : taps.rows.data(), taps.weights(), threads)
+      .prefixed(op);
+}
+
+}  // namespace
+
+Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                   const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
+                   int threads) {
+  Taps taps;
+  DETCOLL_RETURN_IF_ERROR(padTaps(inputSpatial, padding, reflect, &taps));
+  return scatterTaps(reflect ? "reflection_pad_backward" : "replication_pad_backward", taps,
+                     gradInput, gradOutput, type, planes, threads);
+}
+
+Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType type,
+                              int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
+                              bool alignCorners, const std::vector<double>& scales, int threads) {
+  Taps taps;
+  DETCOLL_RETURN_IF_ERROR(linearTaps(inputSpatial, outputSpatial, alignCorners, scales,
+                                     type == DataType::kFloat64, &taps));
+  return scatterTaps("upsample_linear_backward", taps, gradInput, gradOutput, type, planes,
+                     threads);
+}
+
+}  // namespace detcoll::kernels::ops

@@ -1,0 +1,124 @@
+// kernels/ops/taps.h: the backward of padding and of linear upsampling as taps and
+// weightedScatter, against loops written here (each output position's gradient added into the
+// input position(s) it read, in output order, float accumulation), equal bits for 1 and 3 threads,
+// and the argument checks. The serial run of the device formulation is in ops_serial_test.cc.
+
+#include "kernels/ops/taps.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/support/op_data.h"
+
+namespace detcoll::kernels::ops {
+namespace {
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+TEST(PadBackward, ReflectionAndReplicationMatchTheLoop) {
+  std::mt19937_64 g(61);
+  const int64_t planes = 3, h = 5, w = 7;
+  for (bool reflect : {true, false}) {
+    // (left, right, top, bottom); replication also crops (a negative value).
+    const std::vector<int64_t> pad =
+        reflect ? std::vector<int64_t>{2, 3, 4, 1} : std::vector<int64_t>{-2, 3, 4, 1};
+    const int64_t oh = h + pad[2] + pad[3], ow = w + pad[0] + pad[1];
+    const std::vector<float> up = testing::wideFloats(planes * oh * ow, g);
+    std::vector<float> expected(planes * h * w, 0.0f);
+    auto source = [&](int64_t o, int64_t lo, int64_t n) {
+      int64_t i = o - lo;
+      if (reflect) {
+        i = std::abs(i);
+        return i >= n ? 2 * (n - 1) - i : i;
+      }
+      return std::min(std::max<int64_t>(i, 0), n - 1);
+    };
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          float& acc = expected[(p * h + source(y, pad[2], h)) * w + source(x, pad[0], w)];
+          acc = acc + up[(p * oh + y) * ow + x];
+        }
+      }
+    }
+    for (int threads : {1, 3}) {
+      std::vector<float> out(planes * h * w, 9.0f);
+      ASSERT_TRUE(padBackward(out.data(), up.data(), DataType::kFloat32, planes, {h, w}, pad,
+                              reflect, threads)
+                      .isOk());
+      EXPECT_TRUE(sameBits(out, expected)) << (reflect ? "reflect" : "replicate");
+    }
+  }
+}
+
+TEST(UpsampleLinearBackward, OneDimensionMatchesTheLoopAndThreeIsCloseToFloat64) {
+  std::mt19937_64 g(62);
+  const int64_t planes = 4, n = 7, m = 11;
+  const std::vector<float> up = testing::wideFloats(planes * m, g);
+  for (bool align : {false, true}) {
+    std::vector<float> expected(planes * n, 0.0f);
+    const float ratio = align ? static_cast<float>(n - 1) / static_cast<float>(m - 1)
+                              : static_cast<float>(n) / static_cast<float>(m);
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t o = 0; o < m; ++o) {
+        float r =
+            align ? ratio * static_cast<float>(o) : ratio * (static_cast<float>(o) + 0.5f) - 0.5f;
+        if (r < 0) r = 0;
+        const int64_t i0 = static_cast<int64_t>(r), i1 = i0 + (i0 < n - 1 ? 1 : 0);
+        const float l1 = std::min(std::max(r - static_cast<float>(i0), 0.0f), 1.0f);
+        expected[p * n + i0] = expected[p * n + i0] + (1.0f - l1) * up[p * m + o];
+        expected[p * n + i1] = expected[p * n + i1] + l1 * up[p * m + o];
+      }
+    }
+    std::vector<float> out(planes * n);
+    ASSERT_TRUE(upsampleLinearBackward(out.data(), up.data(), DataType::kFloat32, planes, {n}, {m},
+                                       align, {}, 2)
+                    .isOk());
+    EXPECT_TRUE(sameBits(out, expected)) << "align " << align;
+  }
+  // 3-D: the same gradient in float64 (the weights' products differ only by rounding).
+  const Shape in{2, 3, 4}, out{5, 4, 7};
+  const std::vector<float> up3 = testing::wideFloats(planes * 140, g);
+  std::vector<double> up64(up3.begin(), up3.end());
+  std::vector<float> narrow(planes * 24);
+  std::vector<double> wide(planes * 24);
+  ASSERT_TRUE(upsampleLinearBackward(narrow.data(), up3.data(), DataType::kFloat32, planes, in, out,
+                                     false, {2.5, 0, 0}, 1)
+                  .isOk());
+  ASSERT_TRUE(upsampleLinearBackward(wide.data(), up64.data(), DataType::kFloat64, planes, in, out,
+                                     false, {2.5, 0, 0}, 1)
+                  .isOk());
+  double scale = 0;
+  for (float v : up3) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  for (size_t i = 0; i < wide.size(); ++i) {
+    EXPECT_NEAR(narrow[i], wide[i], 1e-5 * scale) << i;
+  }
+}
+
+TEST(TapsChecks, BadShapesAreNamed) {
+  std::vector<float> out(10), up(40);
+  EXPECT_EQ(
+      padBackward(out.data(), up.data(), DataType::kFloat32, 1, {5}, {5, 1}, true, 1).message(),
+      "reflection_pad_backward: padding (5, 1) does not fit an input of 5");
+  EXPECT_EQ(padBackward(out.data(), up.data(), DataType::kFloat32, 1, {5}, {1, 1, 1, 1}, false, 1)
+                .message(),
+            "replication_pad_backward: 4 padding values for 1 spatial dimensions");
+  EXPECT_EQ(upsampleLinearBackward(out.data(), up.data(), DataType::kFloat32, 1, {2, 2, 2, 2},
+                                   {4, 4, 4, 4}, false, {}, 1)
+                .message(),
+            "upsample_linear_backward: 4 spatial dimensions; 1 to 3");
+  EXPECT_EQ(
+      upsampleLinearBackward(out.data(), up.data(), DataType::kInt32, 1, {5}, {10}, false, {}, 1)
+          .message(),
+      "upsample_linear_backward: weighted_scatter: dtype int32; floating point only");
+}
+
+}  // namespace
+}  // namespace detcoll::kernels::ops
