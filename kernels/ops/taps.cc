@@ -16,46 +16,43 @@ struct Axis {
 };
 
 // The taps of every output position, the axes' taps combined row-major; weights multiplied
-// first axis first, in O.
+// first axis first, in O. Axes are padded in front to three with one-position, one-tap axes of
+// weight 1 (1 · w is w exactly), so the loops are the same for every rank.
 template <typename O>
-void combine(const std::vector<Axis<O>>& axes, std::vector<O>* weights, Taps* taps) {
-  int64_t outputs = 1, inputs = 1, per = 1;
-  for (const Axis<O>& a : axes) {
-    outputs *= a.outputs;
-    inputs *= a.inputs;
-    per *= a.taps;
-  }
-  taps->inputs = inputs;
-  taps->outputs = outputs;
+void combine(std::vector<Axis<O>> axes, std::vector<O>* weights, Taps* taps) {
   const bool weighted = !axes.front().weight.empty();
+  while (axes.size() < 3) {
+    Axis<O> unit;
+    unit.inputs = unit.outputs = unit.taps = 1;
+    unit.index = {0};
+    if (weighted) unit.weight = {O(1)};
+    axes.insert(axes.begin(), unit);
+  }
+  const Axis<O>&a = axes[0], &b = axes[1], &c = axes[2];
+  const int64_t outputs = a.outputs * b.outputs * c.outputs, per = a.taps * b.taps * c.taps;
+  taps->inputs = a.inputs * b.inputs * c.inputs;
+  taps->outputs = outputs;
   taps->destination.resize(static_cast<size_t>(outputs * per));
   if (per > 1) taps->rows.resize(static_cast<size_t>(outputs * per));
   if (weighted) weights->resize(static_cast<size_t>(outputs * per));
-  const size_t rank = axes.size();
-  std::vector<int64_t> o(rank, 0), t(rank, 0);
-  int64_t at = 0;
-  for (int64_t flat = 0; flat < outputs; ++flat) {
-    int64_t rest = flat;
-    for (size_t a = rank; a-- > 0;) {
-      o[a] = rest % axes[a].outputs;
-      rest /= axes[a].outputs;
-    }
-    for (int64_t k = 0; k < per; ++k, ++at) {
-      int64_t tap = k;
-      for (size_t a = rank; a-- > 0;) {
-        t[a] = tap % axes[a].taps;
-        tap /= axes[a].taps;
+  int64_t at = 0, flat = 0;
+  for (int64_t oa = 0; oa < a.outputs; ++oa) {
+    for (int64_t ob = 0; ob < b.outputs; ++ob) {
+      for (int64_t oc = 0; oc < c.outputs; ++oc, ++flat) {
+        for (int64_t ta = 0; ta < a.taps; ++ta) {
+          const int64_t ja = oa * a.taps + ta;
+          for (int64_t tb = 0; tb < b.taps; ++tb) {
+            const int64_t jb = ob * b.taps + tb;
+            for (int64_t tc = 0; tc < c.taps; ++tc, ++at) {
+              const int64_t jc = oc * c.taps + tc;
+              taps->destination[at] =
+                  (a.index[ja] * b.inputs + b.index[jb]) * c.inputs + c.index[jc];
+              if (per > 1) taps->rows[at] = flat;
+              if (weighted) (*weights)[at] = (a.weight[ja] * b.weight[jb]) * c.weight[jc];
+            }
+          }
+        }
       }
-      int64_t d = 0;
-      O w = 1;
-      for (size_t a = 0; a < rank; ++a) {
-        const int64_t j = o[a] * axes[a].taps + t[a];
-        d = d * axes[a].inputs + axes[a].index[j];
-        if (weighted) w = a == 0 ? axes[a].weight[j] : w * axes[a].weight[j];
-      }
-      taps->destination[at] = d;
-      if (per > 1) taps->rows[at] = flat;
-      if (weighted) (*weights)[at] = w;
     }
   }
 }
