@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bindings/c/detcoll.h"
+#include "bindings/c/ops_glue.h"
 #include "bindings/c/runtime.h"
 #include "common/config.h"
 #include "kernels/ops/axis_sums.h"
@@ -22,95 +23,7 @@
 #endif
 
 namespace detcoll::bindings::c {
-namespace {
-
 std::atomic<int> g_opsThreads{0};
-
-// Where an op's buffers live: *device = -1 for host memory, else the CUDA device holding them all.
-Status placeOf(const char* op, std::initializer_list<std::pair<const void*, const char*>> all,
-               int* device) {
-  BufferPlace place;
-  for (const auto& [pointer, what] : all) {
-    DETCOLL_RETURN_IF_ERROR(place.add(pointer, what).prefixed(op));
-  }
-  *device = place.device();
-  return Status::ok();
-}
-
-// The device kernel (`call`, naming the stream `stream`) or, without CUDA, an internal error: no
-// buffer is device memory in such a build.
-#if DETCOLL_WITH_CUDA
-#define DETCOLL_ON_DEVICE(...) \
-  [&](void* stream) -> Status { return kernels::ops::device::__VA_ARGS__; }
-#else
-#define DETCOLL_ON_DEVICE(...) \
-  [&](void*) -> Status { return Status::internal("device memory in a build without CUDA"); }
-#endif
-
-// onHost() for host memory; onDevice(stream) on `device`, on the calling thread's stream, or on
-// the legacy default stream, waited for, when none is set.
-template <typename Device, typename Host>
-Status run(const char* op, int device, Device onDevice, Host onHost) {
-  if (device < 0) return onHost();
-#if DETCOLL_WITH_CUDA
-  int current = 0;
-  cudaGetDevice(&current);
-  cudaError_t error = cudaSetDevice(device);
-  Status status;
-  if (error == cudaSuccess) {
-    void* stream = callingThreadCudaStream();
-    status = onDevice(stream);
-    if (status.isOk() && stream == nullptr) error = cudaStreamSynchronize(nullptr);
-    cudaSetDevice(current);
-  }
-  if (status.isOk() && error != cudaSuccess) {
-    (void)cudaGetLastError();
-    status = Status::backend(std::string(op) + ": CUDA: " + cudaGetErrorString(error));
-  }
-  return status;
-#else
-  (void)op;
-  return onDevice(nullptr);
-#endif
-}
-
-Status shapeOf(const char* op, const char* what, const int64_t* dims, int ndim,
-               kernels::ops::Shape* shape) {
-  if (ndim < 0 || ndim > 16 || (ndim > 0 && dims == nullptr)) {
-    return Status::invalidArgument(std::string(op) + ": " + what + " needs 0 to 16 dimensions");
-  }
-  shape->assign(dims, dims + ndim);
-  return Status::ok();
-}
-
-Status typeOf(const char* op, detcoll_dtype_t dtype, DataType* type) {
-  if (!isValidDataType(static_cast<int>(dtype))) {
-    return Status::invalidArgument(std::string(op) + ": unknown dtype " +
-                                   std::to_string(static_cast<int>(dtype)));
-  }
-  *type = static_cast<DataType>(dtype);
-  return Status::ok();
-}
-
-Status poolOf(const char* op, const detcoll_pool2d_t* pool, int64_t planes, int64_t inHeight,
-              int64_t inWidth, kernels::ops::Pool2d* p) {
-  if (pool == nullptr) return Status::invalidArgument(std::string(op) + ": pool is null");
-  p->planes = planes;
-  p->inHeight = inHeight;
-  p->inWidth = inWidth;
-  p->kernelHeight = pool->kernel[0];
-  p->kernelWidth = pool->kernel[1];
-  p->strideHeight = pool->stride[0];
-  p->strideWidth = pool->stride[1];
-  p->padHeight = pool->padding[0];
-  p->padWidth = pool->padding[1];
-  p->dilationHeight = pool->dilation[0];
-  p->dilationWidth = pool->dilation[1];
-  p->ceilMode = pool->ceil_mode != 0;
-  return Status::ok();
-}
-
-}  // namespace
 }  // namespace detcoll::bindings::c
 
 using namespace detcoll;
@@ -256,100 +169,6 @@ detcoll_status_t detcoll_embedding_bag_backward(void* grad_weight, int64_t num_w
                    return kernels::ops::embeddingBagBackward(
                        grad_weight, num_weights, type, grad_output, bags, dim, indices, count,
                        offsets, mean != 0, per_sample_weights, padding_idx, g_opsThreads);
-                 });
-  }
-  return finish(status);
-}
-
-detcoll_status_t detcoll_pad_backward(void* grad_input, const void* grad_output,
-                                      detcoll_dtype_t dtype, int64_t planes,
-                                      const int64_t* input_spatial, int spatial,
-                                      const int64_t* padding, int reflect) {
-  const char* op = reflect ? "reflection_pad_backward" : "replication_pad_backward";
-  int device = -1;
-  DataType type;
-  Status status = typeOf(op, dtype, &type);
-  if (status.isOk() &&
-      (spatial < 1 || spatial > 3 || input_spatial == nullptr || padding == nullptr)) {
-    status = Status::invalidArgument(std::string(op) + ": 1 to 3 spatial dimensions, with " +
-                                     "their sizes and padding");
-  }
-  if (status.isOk()) {
-    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
-  }
-  if (status.isOk()) {
-    const kernels::ops::Shape in(input_spatial, input_spatial + spatial);
-    const std::vector<int64_t> pads(padding, padding + 2 * spatial);
-    status = run(op, device,
-                 DETCOLL_ON_DEVICE(padBackward(grad_input, grad_output, type, planes, in, pads,
-                                               reflect != 0, stream)),
-                 [&] {
-                   return kernels::ops::padBackward(grad_input, grad_output, type, planes, in, pads,
-                                                    reflect != 0, g_opsThreads);
-                 });
-  }
-  return finish(status);
-}
-
-detcoll_status_t detcoll_upsample_linear_backward(void* grad_input, const void* grad_output,
-                                                  detcoll_dtype_t dtype, int64_t planes,
-                                                  const int64_t* input_spatial,
-                                                  const int64_t* output_spatial, int spatial,
-                                                  int align_corners, const double* scales) {
-  const char* op = "upsample_linear_backward";
-  int device = -1;
-  DataType type;
-  Status status = typeOf(op, dtype, &type);
-  if (status.isOk() &&
-      (spatial < 1 || spatial > 3 || input_spatial == nullptr || output_spatial == nullptr)) {
-    status = Status::invalidArgument(std::string(op) + ": 1 to 3 spatial dimensions, with " +
-                                     "their sizes");
-  }
-  if (status.isOk()) {
-    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
-  }
-  if (status.isOk()) {
-    const kernels::ops::Shape in(input_spatial, input_spatial + spatial),
-        out(output_spatial, output_spatial + spatial);
-    const std::vector<double> s =
-        scales ? std::vector<double>(scales, scales + spatial) : std::vector<double>();
-    status =
-        run(op, device,
-            DETCOLL_ON_DEVICE(upsampleLinearBackward(grad_input, grad_output, type, planes, in, out,
-                                                     align_corners != 0, s, stream)),
-            [&] {
-              return kernels::ops::upsampleLinearBackward(grad_input, grad_output, type, planes, in,
-                                                          out, align_corners != 0, s, g_opsThreads);
-            });
-  }
-  return finish(status);
-}
-
-detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
-                                          detcoll_dtype_t dtype, const int64_t* destination,
-                                          int64_t n, const void* values, int64_t values_inner,
-                                          const int64_t* rows, const void* weights) {
-  const char* op = "weighted_scatter";
-  int device = -1;
-  DataType type;
-  Status status = typeOf(op, dtype, &type);
-  if (status.isOk()) {
-    status = placeOf(op,
-                     {{out, "out"},
-                      {destination, "destination"},
-                      {values, "values"},
-                      {rows, "rows"},
-                      {weights, "weights"}},
-                     &device);
-  }
-  if (status.isOk()) {
-    status = run(op, device,
-                 DETCOLL_ON_DEVICE(weightedScatter(out, planes, out_inner, type, destination, n,
-                                                   values, values_inner, rows, weights, stream)),
-                 [&] {
-                   return kernels::ops::weightedScatter(out, planes, out_inner, type, destination,
-                                                        n, values, values_inner, rows, weights,
-                                                        g_opsThreads);
                  });
   }
   return finish(status);

@@ -1,0 +1,112 @@
+// The C entries of the ops built on weighted_scatter (kernels/ops/scatter.h, taps.h): the scatter
+// itself, and the backward of padding and of linear upsampling, whose taps the host computes.
+// The same placement and run rules as detcoll_ops.cc (ops_glue.h).
+
+#include <string>
+#include <vector>
+
+#include "bindings/c/detcoll.h"
+#include "bindings/c/ops_glue.h"
+#include "kernels/ops/scatter.h"
+#include "kernels/ops/taps.h"
+
+using namespace detcoll;
+using namespace detcoll::bindings::c;
+
+extern "C" {
+
+detcoll_status_t detcoll_pad_backward(void* grad_input, const void* grad_output,
+                                      detcoll_dtype_t dtype, int64_t planes,
+                                      const int64_t* input_spatial, int spatial,
+                                      const int64_t* padding, int reflect) {
+  const char* op = reflect ? "reflection_pad_backward" : "replication_pad_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk() &&
+      (spatial < 1 || spatial > 3 || input_spatial == nullptr || padding == nullptr)) {
+    status = Status::invalidArgument(std::string(op) + ": 1 to 3 spatial dimensions, with " +
+                                     "their sizes and padding");
+  }
+  if (status.isOk()) {
+    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
+  }
+  if (status.isOk()) {
+    const kernels::ops::Shape in(input_spatial, input_spatial + spatial);
+    const std::vector<int64_t> pads(padding, padding + 2 * spatial);
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(padBackward(grad_input, grad_output, type, planes, in, pads,
+                                               reflect != 0, stream)),
+                 [&] {
+                   return kernels::ops::padBackward(grad_input, grad_output, type, planes, in, pads,
+                                                    reflect != 0, g_opsThreads);
+                 });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_upsample_linear_backward(void* grad_input, const void* grad_output,
+                                                  detcoll_dtype_t dtype, int64_t planes,
+                                                  const int64_t* input_spatial,
+                                                  const int64_t* output_spatial, int spatial,
+                                                  int align_corners, const double* scales) {
+  const char* op = "upsample_linear_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk() &&
+      (spatial < 1 || spatial > 3 || input_spatial == nullptr || output_spatial == nullptr)) {
+    status = Status::invalidArgument(std::string(op) + ": 1 to 3 spatial dimensions, with " +
+                                     "their sizes");
+  }
+  if (status.isOk()) {
+    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
+  }
+  if (status.isOk()) {
+    const kernels::ops::Shape in(input_spatial, input_spatial + spatial),
+        out(output_spatial, output_spatial + spatial);
+    const std::vector<double> s =
+        scales ? std::vector<double>(scales, scales + spatial) : std::vector<double>();
+    status =
+        run(op, device,
+            DETCOLL_ON_DEVICE(upsampleLinearBackward(grad_input, grad_output, type, planes, in, out,
+                                                     align_corners != 0, s, stream)),
+            [&] {
+              return kernels::ops::upsampleLinearBackward(grad_input, grad_output, type, planes, in,
+                                                          out, align_corners != 0, s, g_opsThreads);
+            });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
+                                          detcoll_dtype_t dtype, const int64_t* destination,
+                                          int64_t n, const void* values, int64_t values_inner,
+                                          const int64_t* rows, const void* weights) {
+  const char* op = "weighted_scatter";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op,
+                     {{out, "out"},
+                      {destination, "destination"},
+                      {values, "values"},
+                      {rows, "rows"},
+                      {weights, "weights"}},
+                     &device);
+  }
+  if (status.isOk()) {
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(weightedScatter(out, planes, out_inner, type, destination, n,
+                                                   values, values_inner, rows, weights, stream)),
+                 [&] {
+                   return kernels::ops::weightedScatter(out, planes, out_inner, type, destination,
+                                                        n, values, values_inner, rows, weights,
+                                                        g_opsThreads);
+                 });
+  }
+  return finish(status);
+}
+
+}  // extern "C"
