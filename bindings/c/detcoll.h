@@ -361,6 +361,17 @@ DETCOLL_API detcoll_status_t detcoll_upsample_linear_backward(
     void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes,
     const int64_t* input_spatial, const int64_t* output_spatial, int spatial, int align_corners,
     const double* scales);
+/* The backward of average pooling, 2 or 3 spatial dimensions (kernel, stride and padding one per
+ * dimension; divisor_override 0: none), and of adaptive average pooling: grad_input [planes,
+ * *input_spatial] from grad_output [planes, *pooled]. Each output's gradient divided as torch
+ * divides it, added into its window's inputs in output order (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_avg_pool_backward(
+    void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes,
+    const int64_t* input_spatial, int spatial, const int64_t* kernel, const int64_t* stride,
+    const int64_t* padding, int ceil_mode, int count_include_pad, int64_t divisor_override);
+DETCOLL_API detcoll_status_t detcoll_adaptive_avg_pool_backward(
+    void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes,
+    const int64_t* input_spatial, const int64_t* output_spatial, int spatial);
 DETCOLL_API detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
                                                       detcoll_dtype_t dtype,
                                                       const int64_t* destination, int64_t n,

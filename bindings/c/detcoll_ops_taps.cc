@@ -109,4 +109,71 @@ detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out
   return finish(status);
 }
 
+detcoll_status_t detcoll_avg_pool_backward(void* grad_input, const void* grad_output,
+                                           detcoll_dtype_t dtype, int64_t planes,
+                                           const int64_t* input_spatial, int spatial,
+                                           const int64_t* kernel, const int64_t* stride,
+                                           const int64_t* padding, int ceil_mode,
+                                           int count_include_pad, int64_t divisor_override) {
+  const char* op = "avg_pool_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk() &&
+      (spatial < 2 || spatial > 3 || !input_spatial || !kernel || !stride || !padding)) {
+    status = Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with " +
+                                     "their sizes, kernel, stride and padding");
+  }
+  if (status.isOk()) {
+    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
+  }
+  if (status.isOk()) {
+    const kernels::ops::Shape in(input_spatial, input_spatial + spatial);
+    kernels::ops::AvgPool pool;
+    pool.kernel.assign(kernel, kernel + spatial);
+    pool.stride.assign(stride, stride + spatial);
+    pool.padding.assign(padding, padding + spatial);
+    pool.ceilMode = ceil_mode != 0;
+    pool.countIncludePad = count_include_pad != 0;
+    pool.divisorOverride = divisor_override;
+    status = run(
+        op, device,
+        DETCOLL_ON_DEVICE(avgPoolBackward(grad_input, grad_output, type, planes, in, pool, stream)),
+        [&] {
+          return kernels::ops::avgPoolBackward(grad_input, grad_output, type, planes, in, pool,
+                                               g_opsThreads);
+        });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_adaptive_avg_pool_backward(void* grad_input, const void* grad_output,
+                                                    detcoll_dtype_t dtype, int64_t planes,
+                                                    const int64_t* input_spatial,
+                                                    const int64_t* output_spatial, int spatial) {
+  const char* op = "adaptive_avg_pool_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk() && (spatial < 2 || spatial > 3 || !input_spatial || !output_spatial)) {
+    status = Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with " +
+                                     "their sizes");
+  }
+  if (status.isOk()) {
+    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
+  }
+  if (status.isOk()) {
+    const kernels::ops::Shape in(input_spatial, input_spatial + spatial),
+        out(output_spatial, output_spatial + spatial);
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(adaptiveAvgPoolBackward(grad_input, grad_output, type, planes,
+                                                           in, out, stream)),
+                 [&] {
+                   return kernels::ops::adaptiveAvgPoolBackward(grad_input, grad_output, type,
+                                                                planes, in, out, g_opsThreads);
+                 });
+  }
+  return finish(status);
+}
+
 }  // extern "C"

@@ -103,6 +103,35 @@ void defineOps(py::module_& m) {
                 alignCorners ? 1 : 0, scales.empty() ? nullptr : scales.data());
           });
         });
+  m.def("avg_pool_backward",
+        [](uintptr_t gradInput, uintptr_t gradOutput, int dtype, int64_t planes,
+           const std::vector<int64_t>& inputSpatial, const std::vector<int64_t>& kernel,
+           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, bool ceil,
+           bool countIncludePad, int64_t divisorOverride) {
+          if (kernel.size() != inputSpatial.size() || stride.size() != inputSpatial.size() ||
+              padding.size() != inputSpatial.size()) {
+            throw py::value_error("avg_pool_backward: a kernel, stride and padding per axis");
+          }
+          blocking([&] {
+            return detcoll_avg_pool_backward(
+                ptr(gradInput), ptr(gradOutput), static_cast<detcoll_dtype_t>(dtype), planes,
+                inputSpatial.data(), static_cast<int>(inputSpatial.size()), kernel.data(),
+                stride.data(), padding.data(), ceil ? 1 : 0, countIncludePad ? 1 : 0,
+                divisorOverride);
+          });
+        });
+  m.def("adaptive_avg_pool_backward",
+        [](uintptr_t gradInput, uintptr_t gradOutput, int dtype, int64_t planes,
+           const std::vector<int64_t>& inputSpatial, const std::vector<int64_t>& outputSpatial) {
+          if (outputSpatial.size() != inputSpatial.size()) {
+            throw py::value_error("adaptive_avg_pool_backward: sizes of different ranks");
+          }
+          blocking([&] {
+            return detcoll_adaptive_avg_pool_backward(
+                ptr(gradInput), ptr(gradOutput), static_cast<detcoll_dtype_t>(dtype), planes,
+                inputSpatial.data(), outputSpatial.data(), static_cast<int>(inputSpatial.size()));
+          });
+        });
   m.def("weighted_scatter",
         [](uintptr_t out, int64_t planes, int64_t outInner, int dtype, uintptr_t destination,
            int64_t n, uintptr_t values, int64_t valuesInner, uintptr_t rows, uintptr_t weights) {

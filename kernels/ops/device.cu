@@ -83,6 +83,20 @@ Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType 
                                         outputSpatial, alignCorners, scales);
 }
 
+Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                       const Shape& inputSpatial, const AvgPool& pool, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::avgPoolBackward(e, gradInput, gradOutput, type, planes, inputSpatial, pool);
+}
+
+Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::adaptiveAvgPoolBackward(e, gradInput, gradOutput, type, planes, inputSpatial,
+                                         outputSpatial);
+}
+
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream) {
   DeviceExecutor e(stream);

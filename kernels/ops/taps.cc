@@ -57,6 +57,40 @@ void combine(std::vector<Axis<O>> axes, std::vector<O>* weights, Taps* taps) {
   }
 }
 
+// One axis of a window op: output o reads the inputs [lo[o], hi[o]).
+struct Ranges {
+  int64_t inputs = 1;
+  std::vector<int64_t> lo{0}, hi{1};
+};
+
+// The taps of windows over up to three axes (padded in front with one-input axes): each output
+// position's inputs row-major, output positions row-major; rows name the output.
+void windowTaps(std::vector<Ranges> axes, Taps* taps) {
+  while (axes.size() < 3) axes.insert(axes.begin(), Ranges{});
+  const Ranges &a = axes[0], &b = axes[1], &c = axes[2];
+  const int64_t na = static_cast<int64_t>(a.lo.size()), nb = static_cast<int64_t>(b.lo.size()),
+                nc = static_cast<int64_t>(c.lo.size());
+  taps->inputs = a.inputs * b.inputs * c.inputs;
+  taps->outputs = na * nb * nc;
+  taps->destination.clear();
+  taps->rows.clear();
+  int64_t flat = 0;
+  for (int64_t oa = 0; oa < na; ++oa) {
+    for (int64_t ob = 0; ob < nb; ++ob) {
+      for (int64_t oc = 0; oc < nc; ++oc, ++flat) {
+        for (int64_t ia = a.lo[oa]; ia < a.hi[oa]; ++ia) {
+          for (int64_t ib = b.lo[ob]; ib < b.hi[ob]; ++ib) {
+            for (int64_t ic = c.lo[oc]; ic < c.hi[oc]; ++ic) {
+              taps->destination.push_back((ia * b.inputs + ib) * c.inputs + ic);
+              taps->rows.push_back(flat);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 Status spatialOf(const char* op, size_t rank) {
   if (rank < 1 || rank > 3) {
     return Status::invalidArgument(std::string(op) + ": " + std::to_string(rank) +
@@ -171,6 +205,106 @@ Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool al
   return Status::ok();
 }
 
+Status avgPoolTaps(const Shape& inputSpatial, const AvgPool& pool, Taps* taps,
+                   std::vector<int64_t>* divisors) {
+  const char* op = "avg_pool_backward";
+  const size_t rank = inputSpatial.size();
+  if (rank < 2 || rank > 3 || pool.kernel.size() != rank || pool.stride.size() != rank ||
+      pool.padding.size() != rank) {
+    return Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with a " +
+                                   "kernel, stride and padding for each");
+  }
+  std::vector<Ranges> axes(rank);
+  std::vector<std::vector<int64_t>> window(rank), inside(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    const int64_t n = inputSpatial[a], k = pool.kernel[a], st = pool.stride[a], p = pool.padding[a];
+    if (n < 1 || k < 1 || st < 1 || p < 0 || 2 * p > k) {
+      return Status::invalidArgument(std::string(op) + ": kernel " + std::to_string(k) +
+                                     ", stride " + std::to_string(st) + " and padding " +
+                                     std::to_string(p) + " are not a pooling window of " +
+                                     std::to_string(n));
+    }
+    // torch's pooling_output_shape (dilation 1).
+    int64_t m = (n + 2 * p - k + (pool.ceilMode ? st - 1 : 0)) / st + 1;
+    if (pool.ceilMode && (m - 1) * st >= n + p) --m;
+    if (m < 1) {
+      return Status::invalidArgument(std::string(op) + ": kernel " + std::to_string(k) +
+                                     " with padding " + std::to_string(p) +
+                                     " is larger than the input of " + std::to_string(n));
+    }
+    Ranges& r = axes[a];
+    r.inputs = n;
+    r.lo.resize(m);
+    r.hi.resize(m);
+    window[a].resize(m);
+    inside[a].resize(m);
+    for (int64_t o = 0; o < m; ++o) {
+      const int64_t start = o * st - p, end = std::min(start + k, n + p);
+      window[a][o] = end - start;
+      r.lo[o] = std::max<int64_t>(start, 0);
+      r.hi[o] = std::max(r.lo[o], std::min(end, n));
+      inside[a][o] = r.hi[o] - r.lo[o];
+    }
+  }
+  windowTaps(axes, taps);
+  divisors->assign(static_cast<size_t>(3 * taps->outputs), 1);
+  std::vector<int64_t> o(rank, 0);
+  for (int64_t flat = 0; flat < taps->outputs; ++flat) {
+    int64_t rest = flat, padded = 1, counted = 1;
+    for (size_t a = rank; a-- > 0;) {
+      o[a] = rest % static_cast<int64_t>(axes[a].lo.size());
+      rest /= static_cast<int64_t>(axes[a].lo.size());
+    }
+    for (size_t a = 0; a < rank; ++a) {
+      padded *= window[a][o[a]];
+      counted *= inside[a][o[a]];
+    }
+    (*divisors)[3 * flat] = pool.divisorOverride != 0
+                                ? pool.divisorOverride
+                                : std::max<int64_t>(pool.countIncludePad ? padded : counted, 1);
+  }
+  return Status::ok();
+}
+
+Status adaptiveAvgPoolTaps(const Shape& inputSpatial, const Shape& outputSpatial, Taps* taps,
+                           std::vector<int64_t>* divisors) {
+  const char* op = "adaptive_avg_pool_backward";
+  const size_t rank = inputSpatial.size();
+  if (rank < 2 || rank > 3 || outputSpatial.size() != rank) {
+    return Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with the " +
+                                   "output's");
+  }
+  std::vector<Ranges> axes(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    const int64_t n = inputSpatial[a], m = outputSpatial[a];
+    if (n < 1 || m < 1) {
+      return Status::invalidArgument(std::string(op) + ": a spatial size is 0 or negative");
+    }
+    Ranges& r = axes[a];
+    r.inputs = n;
+    r.lo.resize(m);
+    r.hi.resize(m);
+    for (int64_t o = 0; o < m; ++o) {
+      r.lo[o] = o * n / m;
+      r.hi[o] = ((o + 1) * n + m - 1) / m;
+    }
+  }
+  windowTaps(axes, taps);
+  divisors->assign(static_cast<size_t>(3 * taps->outputs), 1);
+  std::vector<int64_t> o(rank, 0);
+  for (int64_t flat = 0; flat < taps->outputs; ++flat) {
+    int64_t rest = flat;
+    for (size_t a = rank; a-- > 0;) {
+      o[a] = rest % static_cast<int64_t>(axes[a].lo.size());
+      rest /= static_cast<int64_t>(axes[a].lo.size());
+    }
+    for (size_t a = 0; a < rank; ++a) {
+      (*divisors)[3 * flat + a] = axes[a].hi[o[a]] - axes[a].lo[o[a]];
+    }
+  }
+  return Status::ok();
+}
+
 namespace {
 
 Status scatterTaps(const char* op, const Taps& taps, void* gradInput, const void* gradOutput,
@@ -205,6 +339,48 @@ Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType 
                                      type == DataType::kFloat64, &taps));
   return scatterTaps("upsample_linear_backward", taps, gradInput, gradOutput, type, planes,
                      threads);
+}
+
+namespace {
+
+// The shares (DivideShares over planes x outputs), then the taps' scatter.
+Status scatterShares(const char* op, const Taps& taps, const std::vector<int64_t>& divisors,
+                     void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                     int threads) {
+  if (planes < 0) return Status::invalidArgument(std::string(op) + ": negative size");
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(std::string(op) + ": dtype " + dataTypeName(type) +
+                                   "; floating point only");
+  }
+  std::vector<uint8_t> shares(static_cast<size_t>(planes * taps.outputs) * dataTypeSize(type));
+  visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const DivideShares<T> body{static_cast<const T*>(gradOutput), divisors.data(),
+                               reinterpret_cast<T*>(shares.data()), taps.outputs};
+    for (int64_t t = 0; t < planes * taps.outputs; ++t) body(t);
+  });
+  return scatterTaps(op, taps, gradInput, shares.data(), type, planes, threads);
+}
+
+}  // namespace
+
+Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                       const Shape& inputSpatial, const AvgPool& pool, int threads) {
+  Taps taps;
+  std::vector<int64_t> divisors;
+  DETCOLL_RETURN_IF_ERROR(avgPoolTaps(inputSpatial, pool, &taps, &divisors));
+  return scatterShares("avg_pool_backward", taps, divisors, gradInput, gradOutput, type, planes,
+                       threads);
+}
+
+Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, int threads) {
+  Taps taps;
+  std::vector<int64_t> divisors;
+  DETCOLL_RETURN_IF_ERROR(adaptiveAvgPoolTaps(inputSpatial, outputSpatial, &taps, &divisors));
+  return scatterShares("adaptive_avg_pool_backward", taps, divisors, gradInput, gradOutput, type,
+                       planes, threads);
 }
 
 }  // namespace detcoll::kernels::ops

@@ -19,6 +19,15 @@
 //   i0 = trunc(r), i1 = i0 + (i0 < n - 1), l1 = clamp(r - O(i0), 0, 1), l0 = 1 - l1
 // and a tap's weight is the product of its axes' weights, first axis first.
 //
+// Average pooling (2-D, 3-D): output o of an axis starts at o·stride - pad and ends at
+// min(start + kernel, n + pad); its taps are the window's positions inside [0, n), row-major. Its
+// divisor is divisorOverride when nonzero, else the window's size (countIncludePad) or the count
+// of its positions inside the input, at least 1. Adaptive average pooling: output o of an axis of
+// n inputs and m outputs averages floor(o n / m) to ceil((o + 1) n / m), and its gradient is
+// divided by each axis' length in turn. The divisions (DivideShares below) are in the dtype, as
+// torch's (float16 and bfloat16: in float, rounded each time); then weightedScatter without
+// weights.
+//
 // Tensors are contiguous: gradInput [planes, *input spatial], gradOutput [planes, *output
 // spatial]. threads <= 0 uses the hardware's; the bits never depend on it.
 
@@ -26,7 +35,9 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/host_device.h"
 #include "common/status.h"
+#include "kernels/accumulate.h"
 #include "kernels/ops/scatter.h"
 
 namespace detcoll::kernels::ops {
@@ -55,6 +66,40 @@ Status padTaps(const Shape& inputSpatial, const std::vector<int64_t>& padding, b
 Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool alignCorners,
                   const std::vector<double>& scales, bool wide, Taps* taps);
 
+// Average pooling's parameters per spatial axis (2 or 3 of them).
+struct AvgPool {
+  Shape kernel, stride, padding;
+  bool ceilMode = false, countIncludePad = true;
+  int64_t divisorOverride = 0;  // 0: none
+};
+
+// The taps of average pooling's backward, and each output position's divisors (three per
+// output, 1 where unused): one for average pooling, one per axis for adaptive.
+Status avgPoolTaps(const Shape& inputSpatial, const AvgPool& pool, Taps* taps,
+                   std::vector<int64_t>* divisors);
+Status adaptiveAvgPoolTaps(const Shape& inputSpatial, const Shape& outputSpatial, Taps* taps,
+                           std::vector<int64_t>* divisors);
+
+// Each gradient value of output position o (planes x outputs) divided by divisors[3 o],
+// divisors[3 o + 1] and divisors[3 o + 2] in turn, each quotient rounded to the dtype.
+template <typename T>
+struct DivideShares {
+  const T* grad;
+  const int64_t* divisors;
+  T* out;
+  int64_t outputs;
+  DETCOLL_HOST_DEVICE void operator()(int64_t t) const {
+    using A = typename kernels::Traits<T>::Acc;
+    const int64_t o = t % outputs;
+    T v = grad[t];
+    for (int a = 0; a < 3; ++a) {
+      v = kernels::Traits<T>::round(kernels::Traits<T>::load(v) /
+                                    static_cast<A>(divisors[3 * o + a]));
+    }
+    out[t] = v;
+  }
+};
+
 // The backwards on the CPU: the taps, then weightedScatter.
 Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
                    const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
@@ -62,5 +107,10 @@ Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64
 Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType type,
                               int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
                               bool alignCorners, const std::vector<double>& scales, int threads);
+Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                       const Shape& inputSpatial, const AvgPool& pool, int threads);
+Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, int threads);
 
 }  // namespace detcoll::kernels::ops

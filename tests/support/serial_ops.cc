@@ -75,6 +75,20 @@ Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType 
                                         outputSpatial, alignCorners, scales);
 }
 
+Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                       const Shape& inputSpatial, const AvgPool& pool) {
+  SerialExecutor e;
+  return bodies::avgPoolBackward(e, gradInput, gradOutput, type, planes, inputSpatial, pool);
+}
+
+Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial) {
+  SerialExecutor e;
+  return bodies::adaptiveAvgPoolBackward(e, gradInput, gradOutput, type, planes, inputSpatial,
+                                         outputSpatial);
+}
+
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights) {

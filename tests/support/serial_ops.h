@@ -18,6 +18,7 @@
 
 namespace detcoll::testing::serial {
 
+using kernels::ops::AvgPool;
 using kernels::ops::Bilinear;
 using kernels::ops::Pool2d;
 using kernels::ops::Shape;
@@ -43,6 +44,11 @@ Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64
 Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType type,
                               int64_t planes, const Shape& inputSpatial, const Shape& outputSpatial,
                               bool alignCorners, const std::vector<double>& scales);
+Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                       const Shape& inputSpatial, const AvgPool& pool);
+Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial);
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights);

@@ -62,4 +62,47 @@ Status upsampleLinearBackward(E& e, void* gradInput, const void* gradOutput, Dat
   return scatterTaps(e, "upsample_linear_backward", taps, gradInput, gradOutput, type, planes);
 }
 
+// Average pooling (plain or adaptive): the divisions as a body over planes x outputs, on the
+// executor, then the taps' scatter.
+template <typename E>
+Status scatterShares(E& e, const char* op, const Taps& taps, const std::vector<int64_t>& divisors,
+                     void* gradInput, const void* gradOutput, DataType type, int64_t planes) {
+  if (planes < 0) return Status::invalidArgument(std::string(op) + ": negative size");
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(std::string(op) + ": dtype " + dataTypeName(type) +
+                                   "; floating point only");
+  }
+  const int64_t* onDevice = upload(e, divisors);
+  void* shares = nullptr;
+  kernels::visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* out = e.template alloc<T>(planes * taps.outputs);
+    e.launch(planes * taps.outputs,
+             DivideShares<T>{static_cast<const T*>(gradOutput), onDevice, out, taps.outputs});
+    shares = out;
+  });
+  DETCOLL_RETURN_IF_ERROR(e.status());
+  return scatterTaps(e, op, taps, gradInput, shares, type, planes);
+}
+
+template <typename E>
+Status avgPoolBackward(E& e, void* gradInput, const void* gradOutput, DataType type, int64_t planes,
+                       const Shape& inputSpatial, const AvgPool& pool) {
+  Taps taps;
+  std::vector<int64_t> divisors;
+  DETCOLL_RETURN_IF_ERROR(avgPoolTaps(inputSpatial, pool, &taps, &divisors));
+  return scatterShares(e, "avg_pool_backward", taps, divisors, gradInput, gradOutput, type, planes);
+}
+
+template <typename E>
+Status adaptiveAvgPoolBackward(E& e, void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial) {
+  Taps taps;
+  std::vector<int64_t> divisors;
+  DETCOLL_RETURN_IF_ERROR(adaptiveAvgPoolTaps(inputSpatial, outputSpatial, &taps, &divisors));
+  return scatterShares(e, "adaptive_avg_pool_backward", taps, divisors, gradInput, gradOutput, type,
+                       planes);
+}
+
 }  // namespace detcoll::kernels::ops::bodies

@@ -4,11 +4,12 @@ pooling (1-D to 3-D, through their indices), max_unpool, and linear, bicubic and
 interpolation.
 
 Each forward output position reads a fixed list of input positions ("taps") of its plane, with a
-weight. The backward is one detcoll index_add per call: every output position's taps, in the order
-of the output positions (row-major) and, within one, in the order of torch's CPU loop, each adding
-its gradient times its weight into the input position it read, from zero (README, "Deterministic
-ops"). That is the order of torch's CPU kernels, so the float32 and float64 bits are theirs where
-their loop is sequential; index_add runs on the CPU and on the GPU with the same bits.
+weight. The backward adds, in the order of the output positions (row-major) and, within one, in
+the order of torch's CPU loop, each tap's gradient times its weight into the input position it
+read, from zero (README, "Deterministic ops"): weighted_scatter. Padding, average pooling and
+linear upsampling run detcoll's C entries, which compute their taps on the host
+(kernels/ops/taps.h); bicubic computes its products here in torch's order. Where torch's CPU loop
+is sequential and unfused the float32 and float64 bits are its; the CPU and the GPU give the same.
 """
 
 import math
@@ -37,26 +38,6 @@ def _spatial(input_size, op, dims=(1, 2, 3)):
             return input_size, spatial
     raise detcoll.InvalidArgumentError(
         f"{op}: input size {input_size} has no batch, channel and 1-3 spatial dimensions")
-
-
-def _grid(axes):
-    """Per-axis (linear index [out, k], weight [out, k] or None, valid [out, k] or None), as
-    arrays over [*outs, *ks] in that order: the taps of each output position, row-major, the
-    linear index within a plane of the inputs' spatial sizes."""
-    spatial = len(axes)
-    linear, weight, valid = None, None, None
-    for axis, (index, w, ok, size) in enumerate(axes):
-        shape = [1] * (2 * spatial)
-        shape[axis], shape[spatial + axis] = index.shape
-        index = index.reshape(shape)
-        linear = index if linear is None else linear * size + index
-        if w is not None:
-            w = w.reshape(shape)
-            weight = w if weight is None else weight * w
-        if ok is not None:
-            ok = ok.reshape(shape)
-            valid = ok if valid is None else valid & ok
-    return linear, weight, valid
 
 
 def weighted_scatter(values, destination, out_inner, rows=None, weights=None):
@@ -212,30 +193,15 @@ def avg_pool_backward(grad_output, input_size, kernel_size, stride, padding, cei
             f"{op}: kernel_size {kernel} with padding {pads} is larger than the input "
             f"{sizes}: the output would be {outs}")
     g = _grad(grad_output, input_size, spatial, outs, op)
-    axes, counts, padded = [], None, None
-    for n, k, s, p, o in zip(sizes, kernel, stride, pads, outs):
-        start = torch.arange(o, device=g.device) * s - p
-        end = torch.minimum(start + k, torch.tensor(n + p, device=g.device))
-        window = end - start                        # with padding
-        lo, hi = start.clamp(min=0), end.clamp(max=n)
-        taps = start.unsqueeze(1) + torch.arange(k, device=g.device)
-        ok = (taps >= lo.unsqueeze(1)) & (taps < hi.unsqueeze(1))
-        axes.append((taps.clamp(0, n - 1), None, ok, n))
-        shape = [1] * spatial
-        shape[len(axes) - 1] = o
-        inside = (hi - lo).clamp(min=0).reshape(shape)
-        counts = inside if counts is None else counts * inside
-        window = window.reshape(shape)
-        padded = window if padded is None else padded * window
-    linear, _, valid = _grid(axes)
-    if divisor_override is not None:
-        divisor = torch.full_like(counts, int(divisor_override))   # any sign, as torch's
-    else:
-        # A window wholly in the padding reads nothing: its taps are all invalid.
-        divisor = (padded if count_include_pad else counts).clamp(min=1)
-    # torch's CPU loop divides each output's gradient by an integer divisor once.
-    share = g / divisor.to(g.dtype)
-    return _add_back(g, input_size, spatial, linear, share, valid)
+    out = torch.zeros(input_size, dtype=g.dtype, device=g.device)
+    if g.numel():
+        # detcoll_avg_pool_backward: the taps and divisors (kernels/ops/taps.h), the divisions,
+        # then weighted_scatter.
+        _detcoll.avg_pool_backward(out.data_ptr(), g.data_ptr(), DTYPES[g.dtype],
+                                   math.prod(input_size[:-spatial]), sizes, kernel, stride, pads,
+                                   bool(ceil_mode), bool(count_include_pad),
+                                   int(divisor_override or 0))
+    return out
 
 
 def adaptive_avg_pool_backward(grad_output, input_size, spatial=None):
@@ -247,22 +213,13 @@ def adaptive_avg_pool_backward(grad_output, input_size, spatial=None):
     input_size, spatial = _spatial(input_size, op, (spatial,) if spatial else (2, 3))
     outs = list(g0.shape[-spatial:])
     g = _grad(g0, input_size, spatial, outs, op)
-    axes, lengths = [], []
-    for n, m in zip(input_size[-spatial:], outs):
-        o = torch.arange(m, device=g.device)
-        start = torch.div(o * n, m, rounding_mode="floor")
-        end = torch.div((o + 1) * n + m - 1, m, rounding_mode="floor")
-        k = max(1, -(-n // m) + 1)
-        taps = start.unsqueeze(1) + torch.arange(k, device=g.device)
-        axes.append((taps.clamp(max=n - 1), None, taps < end.unsqueeze(1), n))
-        lengths.append(end - start)
-    linear, _, valid = _grid(axes)
-    share = g
-    for axis, length in enumerate(lengths):
-        shape = [1] * spatial
-        shape[axis] = length.numel()
-        share = share / length.reshape(shape).clamp(min=1).to(g.dtype)
-    return _add_back(g, input_size, spatial, linear, share, valid)
+    out = torch.zeros(input_size, dtype=g.dtype, device=g.device)
+    if g.numel():
+        # detcoll_adaptive_avg_pool_backward (kernels/ops/taps.h).
+        _detcoll.adaptive_avg_pool_backward(out.data_ptr(), g.data_ptr(), DTYPES[g.dtype],
+                                            math.prod(input_size[:-spatial]),
+                                            input_size[-spatial:], outs)
+    return out
 
 
 # ---- pooling through its indices (max pooling 3-D, adaptive max pooling), max_unpool ----
