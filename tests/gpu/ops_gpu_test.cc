@@ -266,6 +266,21 @@ TEST(OpsGpu, PaddingAndLinearUpsamplingBackward) {
     ASSERT_TRUE(
         device::padBackward(dPout.get(), dPup.get(), t, planes, in, pad, true, nullptr).isOk());
     expectSame(dPout.bytes(), pcpu, t, "reflection pad backward");
+    AvgPool pool;
+    pool.kernel = {3, 3, 3};
+    pool.stride = {2, 2, 2};
+    pool.padding = {1, 1, 1};
+    pool.countIncludePad = false;
+    Taps taps;
+    std::vector<int64_t> divisors;
+    ASSERT_TRUE(avgPoolTaps(in, pool, &taps, &divisors).isOk());
+    const Bytes aup = opValues(t, planes * taps.outputs, 83);
+    Bytes acpu(planes * 8 * 28 * 28 * dataTypeSize(t));
+    ASSERT_TRUE(avgPoolBackward(acpu.data(), aup.data(), t, planes, in, pool, 0).isOk());
+    Device dAup(aup), dAout(Bytes(acpu.size()));
+    ASSERT_TRUE(
+        device::avgPoolBackward(dAout.get(), dAup.get(), t, planes, in, pool, nullptr).isOk());
+    expectSame(dAout.bytes(), acpu, t, "avg pool backward");
   }
 }
 

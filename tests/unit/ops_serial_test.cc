@@ -253,6 +253,38 @@ TEST(SerialTaps, PaddingAndLinearUpsamplingBackward) {
                       .isOk());
       expectSame(serial, reference, t, "trilinear");
     }
+    for (int variant = 0; variant < 3; ++variant) {  // average pooling, plain
+      AvgPool pool;
+      pool.kernel = {3, 2, 3};
+      pool.stride = {2, 2, 1};
+      pool.padding = {1, 0, 1};
+      pool.ceilMode = variant != 1;
+      pool.countIncludePad = variant == 0;
+      pool.divisorOverride = variant == 1 ? 5 : 0;
+      const Shape in{5, 6, 7};
+      Taps taps;
+      std::vector<int64_t> divisors;
+      ASSERT_TRUE(avgPoolTaps(in, pool, &taps, &divisors).isOk());
+      const Bytes up = opValues(t, planes * taps.outputs, 73 + variant);
+      Bytes serial(planes * 210 * dataTypeSize(t), 0xab),
+          reference(planes * 210 * dataTypeSize(t), 0xcd);
+      ASSERT_TRUE(
+          testing::serial::avgPoolBackward(serial.data(), up.data(), t, planes, in, pool).isOk());
+      ASSERT_TRUE(avgPoolBackward(reference.data(), up.data(), t, planes, in, pool, 2).isOk());
+      expectSame(serial, reference, t, "avg pool variant " + std::to_string(variant));
+    }
+    {  // adaptive
+      const Shape in{5, 6, 7}, out{3, 4, 2};
+      const Bytes up = opValues(t, planes * 24, 77);
+      Bytes serial(planes * 210 * dataTypeSize(t), 0xab),
+          reference(planes * 210 * dataTypeSize(t), 0xcd);
+      ASSERT_TRUE(
+          testing::serial::adaptiveAvgPoolBackward(serial.data(), up.data(), t, planes, in, out)
+              .isOk());
+      ASSERT_TRUE(
+          adaptiveAvgPoolBackward(reference.data(), up.data(), t, planes, in, out, 2).isOk());
+      expectSame(serial, reference, t, "adaptive avg pool");
+    }
     // The same words for the same bad input.
     Bytes a(64), b(64);
     expectSameError(testing::serial::padBackward(a.data(), a.data(), t, 1, {3}, {3, 0}, true),

@@ -102,6 +102,78 @@ TEST(UpsampleLinearBackward, OneDimensionMatchesTheLoopAndThreeIsCloseToFloat64)
   }
 }
 
+TEST(AvgPoolBackward, PlainAndAdaptiveMatchTheLoop) {
+  std::mt19937_64 g(63);
+  const int64_t planes = 2, h = 7, w = 8;
+  AvgPool pool;
+  pool.kernel = {3, 2};
+  pool.stride = {2, 2};
+  pool.padding = {1, 1};
+  pool.ceilMode = true;
+  for (int variant = 0; variant < 3; ++variant) {  // padded divisor, counted divisor, override
+    pool.countIncludePad = variant == 0;
+    pool.divisorOverride = variant == 2 ? -3 : 0;
+    const int64_t oh = 4, ow = 5;  // ceil((7 + 2 - 3) / 2) + 1, ceil((8 + 2 - 2) / 2) + 1
+    const std::vector<float> up = testing::wideFloats(planes * oh * ow, g);
+    std::vector<float> expected(planes * h * w, 0.0f);
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          const int64_t y0 = y * 2 - 1, y1 = std::min(y0 + 3, h + 1), x0 = x * 2 - 1,
+                        x1 = std::min(x0 + 2, w + 1);
+          const int64_t ya = std::max<int64_t>(y0, 0), yb = std::min(y1, h),
+                        xa = std::max<int64_t>(x0, 0), xb = std::min(x1, w);
+          const int64_t divisor = variant == 2   ? -3
+                                  : variant == 0 ? (y1 - y0) * (x1 - x0)
+                                                 : std::max<int64_t>((yb - ya) * (xb - xa), 1);
+          const float share = up[(p * oh + y) * ow + x] / static_cast<float>(divisor);
+          for (int64_t i = ya; i < yb; ++i) {
+            for (int64_t j = xa; j < xb; ++j) {
+              float& acc = expected[(p * h + i) * w + j];
+              acc = acc + share;
+            }
+          }
+        }
+      }
+    }
+    std::vector<float> out(planes * h * w, 5.0f);
+    ASSERT_TRUE(
+        avgPoolBackward(out.data(), up.data(), DataType::kFloat32, planes, {h, w}, pool, 1).isOk());
+    EXPECT_TRUE(sameBits(out, expected)) << "variant " << variant;
+  }
+  // Adaptive, 3-D: each output's gradient divided by its windows' lengths in turn.
+  const Shape in{3, 5, 7}, out{2, 4, 3};
+  const std::vector<float> up = testing::wideFloats(planes * 24, g);
+  std::vector<float> expected(planes * 105, 0.0f);
+  auto lo = [](int64_t o, int64_t n, int64_t m) { return o * n / m; };
+  auto hi = [](int64_t o, int64_t n, int64_t m) { return ((o + 1) * n + m - 1) / m; };
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t a = 0; a < 2; ++a) {
+      for (int64_t b = 0; b < 4; ++b) {
+        for (int64_t c = 0; c < 3; ++c) {
+          float share = up[((p * 2 + a) * 4 + b) * 3 + c];
+          share = share / static_cast<float>(hi(a, 3, 2) - lo(a, 3, 2));
+          share = share / static_cast<float>(hi(b, 5, 4) - lo(b, 5, 4));
+          share = share / static_cast<float>(hi(c, 7, 3) - lo(c, 7, 3));
+          for (int64_t i = lo(a, 3, 2); i < hi(a, 3, 2); ++i) {
+            for (int64_t j = lo(b, 5, 4); j < hi(b, 5, 4); ++j) {
+              for (int64_t k = lo(c, 7, 3); k < hi(c, 7, 3); ++k) {
+                float& acc = expected[((p * 3 + i) * 5 + j) * 7 + k];
+                acc = acc + share;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<float> result(planes * 105, 5.0f);
+  ASSERT_TRUE(
+      adaptiveAvgPoolBackward(result.data(), up.data(), DataType::kFloat32, planes, in, out, 2)
+          .isOk());
+  EXPECT_TRUE(sameBits(result, expected));
+}
+
 TEST(TapsChecks, BadShapesAreNamed) {
   std::vector<float> out(10), up(40);
   EXPECT_EQ(
@@ -118,6 +190,20 @@ TEST(TapsChecks, BadShapesAreNamed) {
       upsampleLinearBackward(out.data(), up.data(), DataType::kInt32, 1, {5}, {10}, false, {}, 1)
           .message(),
       "upsample_linear_backward: weighted_scatter: dtype int32; floating point only");
+  AvgPool pool;
+  pool.kernel = {5, 5};
+  pool.stride = {1, 1};
+  pool.padding = {3, 0};
+  EXPECT_EQ(
+      avgPoolBackward(out.data(), up.data(), DataType::kFloat32, 1, {4, 4}, pool, 1).message(),
+      "avg_pool_backward: kernel 5, stride 1 and padding 3 are not a pooling window of 4");
+  pool.padding = {0, 0};
+  EXPECT_EQ(
+      avgPoolBackward(out.data(), up.data(), DataType::kFloat32, 1, {4, 4}, pool, 1).message(),
+      "avg_pool_backward: kernel 5 with padding 0 is larger than the input of 4");
+  EXPECT_EQ(adaptiveAvgPoolBackward(out.data(), up.data(), DataType::kInt64, 1, {4, 4}, {2, 2}, 1)
+                .message(),
+            "adaptive_avg_pool_backward: dtype int64; floating point only");
 }
 
 }  // namespace
