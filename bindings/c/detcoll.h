@@ -372,6 +372,14 @@ DETCOLL_API detcoll_status_t detcoll_avg_pool_backward(
 DETCOLL_API detcoll_status_t detcoll_adaptive_avg_pool_backward(
     void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes,
     const int64_t* input_spatial, const int64_t* output_spatial, int spatial);
+/* The backward of max pooling through its indices (3-D max pooling, adaptive max pooling):
+ * grad_output and indices [planes, outputs], each index a position among a plane's `inner`
+ * inputs; grad_input [planes, inner] gets each output's gradient at its index, output positions
+ * in order, from zero. */
+DETCOLL_API detcoll_status_t detcoll_max_pool_backward(void* grad_input, const void* grad_output,
+                                                       const int64_t* indices,
+                                                       detcoll_dtype_t dtype, int64_t planes,
+                                                       int64_t inner, int64_t outputs);
 DETCOLL_API detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
                                                       detcoll_dtype_t dtype,
                                                       const int64_t* destination, int64_t n,

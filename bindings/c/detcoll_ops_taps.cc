@@ -176,4 +176,28 @@ detcoll_status_t detcoll_adaptive_avg_pool_backward(void* grad_input, const void
   return finish(status);
 }
 
+detcoll_status_t detcoll_max_pool_backward(void* grad_input, const void* grad_output,
+                                           const int64_t* indices, detcoll_dtype_t dtype,
+                                           int64_t planes, int64_t inner, int64_t outputs) {
+  const char* op = "max_pool_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(
+        op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}, {indices, "indices"}},
+        &device);
+  }
+  if (status.isOk()) {
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(maxPoolBackward(grad_input, grad_output, indices, type, planes,
+                                                   inner, outputs, stream)),
+                 [&] {
+                   return kernels::ops::maxPoolBackward(grad_input, grad_output, indices, type,
+                                                        planes, inner, outputs, g_opsThreads);
+                 });
+  }
+  return finish(status);
+}
+
 }  // extern "C"

@@ -132,6 +132,14 @@ void defineOps(py::module_& m) {
                 inputSpatial.data(), outputSpatial.data(), static_cast<int>(inputSpatial.size()));
           });
         });
+  m.def("max_pool_backward", [](uintptr_t gradInput, uintptr_t gradOutput, uintptr_t indices,
+                                int dtype, int64_t planes, int64_t inner, int64_t outputs) {
+    blocking([&] {
+      return detcoll_max_pool_backward(ptr(gradInput), ptr(gradOutput),
+                                       static_cast<const int64_t*>(ptr(indices)),
+                                       static_cast<detcoll_dtype_t>(dtype), planes, inner, outputs);
+    });
+  });
   m.def("weighted_scatter",
         [](uintptr_t out, int64_t planes, int64_t outInner, int dtype, uintptr_t destination,
            int64_t n, uintptr_t values, int64_t valuesInner, uintptr_t rows, uintptr_t weights) {

@@ -97,6 +97,13 @@ Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType
                                          outputSpatial);
 }
 
+Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
+                       DataType type, int64_t planes, int64_t inner, int64_t outputs,
+                       void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::maxPoolBackward(e, gradInput, gradOutput, indices, type, planes, inner, outputs);
+}
+
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream) {
   DeviceExecutor e(stream);

@@ -55,6 +55,8 @@ Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, i
 Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
                                int64_t planes, const Shape& inputSpatial,
                                const Shape& outputSpatial, void* stream);
+Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
+                       DataType type, int64_t planes, int64_t inner, int64_t outputs, void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/ops/segment.h"
+
 namespace detcoll::kernels::ops {
 namespace {
 
@@ -381,6 +383,21 @@ Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType
   DETCOLL_RETURN_IF_ERROR(adaptiveAvgPoolTaps(inputSpatial, outputSpatial, &taps, &divisors));
   return scatterShares("adaptive_avg_pool_backward", taps, divisors, gradInput, gradOutput, type,
                        planes, threads);
+}
+
+Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
+                       DataType type, int64_t planes, int64_t inner, int64_t outputs, int threads) {
+  const char* op = "max_pool_backward";
+  if (planes < 0 || inner < 0 || outputs < 0) {
+    return Status::invalidArgument(std::string(op) + ": negative size");
+  }
+  DETCOLL_RETURN_IF_ERROR(checkSegments(indices, planes * outputs, inner, "indices").prefixed(op));
+  std::vector<int64_t> destination(static_cast<size_t>(planes * outputs));
+  const PlaneOffsets body{indices, inner, outputs, destination.data()};
+  for (int64_t t = 0; t < planes * outputs; ++t) body(t);
+  return weightedScatter(gradInput, 1, planes * inner, type, destination.data(), planes * outputs,
+                         gradOutput, planes * outputs, nullptr, nullptr, threads)
+      .prefixed(op);
 }
 
 }  // namespace detcoll::kernels::ops

@@ -100,6 +100,17 @@ struct DivideShares {
   }
 };
 
+// Plane p's output o adds into input p · inner + indices[p · outputs + o] (max pooling's backward
+// through its indices: 3-D max pooling, adaptive max pooling).
+struct PlaneOffsets {
+  const int64_t* indices;
+  int64_t inner, outputs;
+  int64_t* destination;
+  DETCOLL_HOST_DEVICE void operator()(int64_t t) const {
+    destination[t] = (t / outputs) * inner + indices[t];
+  }
+};
+
 // The backwards on the CPU: the taps, then weightedScatter.
 Status padBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
                    const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
@@ -109,6 +120,11 @@ Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType 
                               bool alignCorners, const std::vector<double>& scales, int threads);
 Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
                        const Shape& inputSpatial, const AvgPool& pool, int threads);
+// Max pooling's backward through its indices: gradOutput and indices [planes, outputs], each
+// index a position of its plane's `inner` inputs; each output's gradient added into the input
+// its index names, output positions in order, from zero.
+Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
+                       DataType type, int64_t planes, int64_t inner, int64_t outputs, int threads);
 Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
                                int64_t planes, const Shape& inputSpatial,
                                const Shape& outputSpatial, int threads);

@@ -281,6 +281,18 @@ TEST(OpsGpu, PaddingAndLinearUpsamplingBackward) {
     ASSERT_TRUE(
         device::avgPoolBackward(dAout.get(), dAup.get(), t, planes, in, pool, nullptr).isOk());
     expectSame(dAout.bytes(), acpu, t, "avg pool backward");
+    const int64_t inner = 28 * 28 * 8, outputs = 4 * 14 * 14;
+    const std::vector<int64_t> indices = opIndices(planes * outputs, 0, inner, 84);
+    const Bytes mup = opValues(t, planes * outputs, 85);
+    Bytes mcpu(planes * inner * dataTypeSize(t));
+    ASSERT_TRUE(
+        maxPoolBackward(mcpu.data(), mup.data(), indices.data(), t, planes, inner, outputs, 0)
+            .isOk());
+    Device dMup(mup), dIndices(indices), dMout(Bytes(mcpu.size()));
+    ASSERT_TRUE(device::maxPoolBackward(dMout.get(), dMup.get(), dIndices.ints(), t, planes, inner,
+                                        outputs, nullptr)
+                    .isOk());
+    expectSame(dMout.bytes(), mcpu, t, "max pool backward through indices");
   }
 }
 

@@ -49,6 +49,8 @@ Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, i
 Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType type,
                                int64_t planes, const Shape& inputSpatial,
                                const Shape& outputSpatial);
+Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
+                       DataType type, int64_t planes, int64_t inner, int64_t outputs);
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights);

@@ -285,6 +285,27 @@ TEST(SerialTaps, PaddingAndLinearUpsamplingBackward) {
           adaptiveAvgPoolBackward(reference.data(), up.data(), t, planes, in, out, 2).isOk());
       expectSame(serial, reference, t, "adaptive avg pool");
     }
+    {  // max pooling through indices
+      const int64_t inner = 30, outputs = 80;
+      const std::vector<int64_t> indices = opIndices(planes * outputs, 0, inner, 78);
+      const Bytes up = opValues(t, planes * outputs, 79);
+      Bytes serial(planes * inner * dataTypeSize(t), 0xab),
+          reference(planes * inner * dataTypeSize(t), 0xcd);
+      ASSERT_TRUE(testing::serial::maxPoolBackward(serial.data(), up.data(), indices.data(), t,
+                                                   planes, inner, outputs)
+                      .isOk());
+      ASSERT_TRUE(
+          maxPoolBackward(reference.data(), up.data(), indices.data(), t, planes, inner, outputs, 2)
+              .isOk());
+      expectSame(serial, reference, t, "max pool backward");
+      std::vector<int64_t> bad = indices;
+      bad[33] = -2;
+      expectSameError(
+          testing::serial::maxPoolBackward(serial.data(), up.data(), bad.data(), t, planes, inner,
+                                           outputs),
+          maxPoolBackward(reference.data(), up.data(), bad.data(), t, planes, inner, outputs, 1),
+          "max pool index");
+    }
     // The same words for the same bad input.
     Bytes a(64), b(64);
     expectSameError(testing::serial::padBackward(a.data(), a.data(), t, 1, {3}, {3, 0}, true),

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -172,6 +173,34 @@ TEST(AvgPoolBackward, PlainAndAdaptiveMatchTheLoop) {
       adaptiveAvgPoolBackward(result.data(), up.data(), DataType::kFloat32, planes, in, out, 2)
           .isOk());
   EXPECT_TRUE(sameBits(result, expected));
+}
+
+TEST(MaxPoolBackward, EachOutputAddsIntoItsPlanesIndexInOrder) {
+  std::mt19937_64 g(64);
+  const int64_t planes = 3, inner = 20, outputs = 50;
+  std::uniform_int_distribution<int64_t> pick(0, inner - 1);
+  std::vector<int64_t> indices(planes * outputs);
+  for (int64_t& i : indices) i = pick(g);  // many outputs name the same input
+  const std::vector<float> up = testing::wideFloats(planes * outputs, g);
+  std::vector<float> expected(planes * inner, 0.0f);
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t o = 0; o < outputs; ++o) {
+      float& acc = expected[p * inner + indices[p * outputs + o]];
+      acc = acc + up[p * outputs + o];
+    }
+  }
+  std::vector<float> out(planes * inner, 4.0f);
+  ASSERT_TRUE(maxPoolBackward(out.data(), up.data(), indices.data(), DataType::kFloat32, planes,
+                              inner, outputs, 2)
+                  .isOk());
+  EXPECT_TRUE(sameBits(out, expected));
+  indices[77] = inner;
+  std::vector<float> untouched(planes * inner, 4.0f);
+  EXPECT_EQ(maxPoolBackward(untouched.data(), up.data(), indices.data(), DataType::kFloat32, planes,
+                            inner, outputs, 1)
+                .message(),
+            "max_pool_backward: indices[77] = 20 is out of range [0, 20)");
+  EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == 4.0f; }));
 }
 
 TEST(TapsChecks, BadShapesAreNamed) {

@@ -105,4 +105,35 @@ Status adaptiveAvgPoolBackward(E& e, void* gradInput, const void* gradOutput, Da
                        planes);
 }
 
+template <typename E>
+Status maxPoolBackward(E& e, void* gradInput, const void* gradOutput, const int64_t* indices,
+                       DataType type, int64_t planes, int64_t inner, int64_t outputs) {
+  const char* op = "max_pool_backward";
+  if (planes < 0 || inner < 0 || outputs < 0) {
+    return Status::invalidArgument(std::string(op) + ": negative size");
+  }
+  const int64_t n = planes * outputs;
+  if (n > 0 && indices == nullptr) {
+    return Status::invalidArgument(std::string(op) + ": indices is null");
+  }
+  int64_t failed = kNoFailure;
+  if (n > 0) {
+    DETCOLL_RETURN_IF_ERROR(runCheck(
+        e, n,
+        [&](int64_t* bad) {
+          return RangeCheckBody{indices, inner, Skip{}, bad};
+        },
+        &failed));
+  }
+  if (failed != kNoFailure) {
+    return outOfRange("indices", failed, readIndex(e, indices, failed), inner).prefixed(op);
+  }
+  int64_t* destination = e.template alloc<int64_t>(n);
+  e.launch(n, PlaneOffsets{indices, inner, outputs, destination});
+  DETCOLL_RETURN_IF_ERROR(e.status());
+  return weightedScatter(e, gradInput, 1, planes * inner, type, destination, n, gradOutput, n,
+                         nullptr, nullptr)
+      .prefixed(op);
+}
+
 }  // namespace detcoll::kernels::ops::bodies

@@ -246,10 +246,11 @@ def max_pool_backward(grad_output, input_size, indices, spatial=None):
     if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= inner):
         raise detcoll.InvalidArgumentError(
             f"{op}: an index is outside the {inner} positions of a plane")
-    offsets = torch.arange(planes, device=g.device).unsqueeze(1) * inner
-    out = torch.zeros(planes * inner, dtype=g.dtype, device=g.device)
-    ops.index_add_(out, 0, (flat + offsets).reshape(-1), g.reshape(-1))
-    return out.reshape(input_size)
+    # detcoll_max_pool_backward (kernels/ops/taps.h): plane p's index i adds into p · inner + i.
+    out = torch.empty(input_size, dtype=g.dtype, device=g.device)
+    _detcoll.max_pool_backward(out.data_ptr(), g.data_ptr(), flat.contiguous().data_ptr(),
+                               DTYPES[g.dtype], planes, inner, flat.shape[1])
+    return out
 
 
 def max_unpool(input, indices, output_size):
