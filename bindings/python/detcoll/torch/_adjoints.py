@@ -73,34 +73,6 @@ def weighted_scatter(values, destination, out_inner, rows=None, weights=None):
     return out
 
 
-def _add_back(grad, input_size, spatial, linear, values, valid=None, weights=None):
-    """The input's gradient through weighted_scatter: tap t of output position o (linear
-    [outputs, taps], the same in every plane) adds weights[o, t] (None: 1) times values[:, o]
-    (values [planes, outputs]; with taps of 1 and no weights it may also be [planes, outputs ×
-    taps], one value per tap) into its linear input position, taps in that order; taps where
-    valid is False add nothing."""
-    lead = input_size[:-spatial]
-    planes, inner = math.prod(lead), math.prod(input_size[-spatial:])
-    if planes == 0 or inner == 0 or values.numel() == 0:
-        return torch.zeros(input_size, dtype=grad.dtype, device=grad.device)
-    values = values.reshape(planes, -1)
-    taps = linear.numel() // max(values.shape[1], 1)
-    linear = linear.reshape(-1)
-    rows = None
-    if taps != 1 or valid is not None:
-        rows = torch.arange(values.shape[1], device=grad.device).repeat_interleave(
-            taps if taps else 1)[:linear.numel()]
-    if weights is not None:
-        weights = weights.reshape(-1)
-    if valid is not None:
-        keep = valid.reshape(-1).nonzero().reshape(-1)
-        linear, rows = linear.index_select(0, keep), rows.index_select(0, keep)
-        if weights is not None:
-            weights = weights.index_select(0, keep)
-    out = weighted_scatter(values.contiguous(), linear.contiguous(), inner, rows, weights)
-    return out.reshape(input_size)
-
-
 def _grad(grad_output, input_size, spatial, out_sizes, op):
     g = _floating(grad_output, op, "grad_output")
     expected = list(input_size[:-spatial]) + list(out_sizes)
@@ -412,5 +384,7 @@ def upsample_backward(grad_output, output_size, input_size, align_corners, scale
     linear = (ty.reshape(-1, 1, 1, 4) * nx + tx.reshape(1, -1, 4, 1))
     value = g.to(dtype).reshape(-1, output_size[0], output_size[1], 1, 1)
     src = value * wy.reshape(1, -1, 1, 1, 4) * wx.reshape(1, 1, -1, 4, 1)
-    # One value per tap (torch's product order), added in place.
-    return _add_back(g, input_size, spatial, linear, src.to(g.dtype).reshape(src.shape[0], -1))
+    # One value per tap (torch's product order), read in place by weighted_scatter.
+    out = weighted_scatter(src.to(g.dtype).reshape(src.shape[0], -1), linear.reshape(-1),
+                           input_size[2] * input_size[3])
+    return out.reshape(input_size)
