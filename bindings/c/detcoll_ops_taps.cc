@@ -13,6 +13,24 @@
 using namespace detcoll;
 using namespace detcoll::bindings::c;
 
+namespace {
+
+// What every gradient entry here checks first: a known dtype, lo to hi spatial dimensions with
+// their arrays given (`what` names them), and where the two buffers live.
+Status gradientCall(const char* op, detcoll_dtype_t dtype, int spatial, int lo, int hi, bool given,
+                    const char* what, const void* gradInput, const void* gradOutput, DataType* type,
+                    int* device) {
+  DETCOLL_RETURN_IF_ERROR(typeOf(op, dtype, type));
+  if (spatial < lo || spatial > hi || !given) {
+    return Status::invalidArgument(std::string(op) + ": " + std::to_string(lo) +
+                                   (hi == lo + 1 ? " or " : " to ") + std::to_string(hi) +
+                                   " spatial dimensions, with " + what);
+  }
+  return placeOf(op, {{gradInput, "grad_input"}, {gradOutput, "grad_output"}}, device);
+}
+
+}  // namespace
+
 extern "C" {
 
 detcoll_status_t detcoll_pad_backward(void* grad_input, const void* grad_output,
@@ -22,15 +40,8 @@ detcoll_status_t detcoll_pad_backward(void* grad_input, const void* grad_output,
   const char* op = reflect ? "reflection_pad_backward" : "replication_pad_backward";
   int device = -1;
   DataType type;
-  Status status = typeOf(op, dtype, &type);
-  if (status.isOk() &&
-      (spatial < 1 || spatial > 3 || input_spatial == nullptr || padding == nullptr)) {
-    status = Status::invalidArgument(std::string(op) + ": 1 to 3 spatial dimensions, with " +
-                                     "their sizes and padding");
-  }
-  if (status.isOk()) {
-    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
-  }
+  Status status = gradientCall(op, dtype, spatial, 1, 3, input_spatial && padding,
+                               "their sizes and padding", grad_input, grad_output, &type, &device);
   if (status.isOk()) {
     const kernels::ops::Shape in(input_spatial, input_spatial + spatial);
     const std::vector<int64_t> pads(padding, padding + 2 * spatial);
@@ -53,15 +64,8 @@ detcoll_status_t detcoll_upsample_linear_backward(void* grad_input, const void* 
   const char* op = "upsample_linear_backward";
   int device = -1;
   DataType type;
-  Status status = typeOf(op, dtype, &type);
-  if (status.isOk() &&
-      (spatial < 1 || spatial > 3 || input_spatial == nullptr || output_spatial == nullptr)) {
-    status = Status::invalidArgument(std::string(op) + ": 1 to 3 spatial dimensions, with " +
-                                     "their sizes");
-  }
-  if (status.isOk()) {
-    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
-  }
+  Status status = gradientCall(op, dtype, spatial, 1, 3, input_spatial && output_spatial,
+                               "their sizes", grad_input, grad_output, &type, &device);
   if (status.isOk()) {
     const kernels::ops::Shape in(input_spatial, input_spatial + spatial),
         out(output_spatial, output_spatial + spatial);
@@ -118,15 +122,9 @@ detcoll_status_t detcoll_avg_pool_backward(void* grad_input, const void* grad_ou
   const char* op = "avg_pool_backward";
   int device = -1;
   DataType type;
-  Status status = typeOf(op, dtype, &type);
-  if (status.isOk() &&
-      (spatial < 2 || spatial > 3 || !input_spatial || !kernel || !stride || !padding)) {
-    status = Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with " +
-                                     "their sizes, kernel, stride and padding");
-  }
-  if (status.isOk()) {
-    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
-  }
+  Status status = gradientCall(
+      op, dtype, spatial, 2, 3, input_spatial && kernel && stride && padding,
+      "their sizes, kernel, stride and padding", grad_input, grad_output, &type, &device);
   if (status.isOk()) {
     const kernels::ops::Shape in(input_spatial, input_spatial + spatial);
     kernels::ops::AvgPool pool;
@@ -154,14 +152,8 @@ detcoll_status_t detcoll_adaptive_avg_pool_backward(void* grad_input, const void
   const char* op = "adaptive_avg_pool_backward";
   int device = -1;
   DataType type;
-  Status status = typeOf(op, dtype, &type);
-  if (status.isOk() && (spatial < 2 || spatial > 3 || !input_spatial || !output_spatial)) {
-    status = Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with " +
-                                     "their sizes");
-  }
-  if (status.isOk()) {
-    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
-  }
+  Status status = gradientCall(op, dtype, spatial, 2, 3, input_spatial && output_spatial,
+                               "their sizes", grad_input, grad_output, &type, &device);
   if (status.isOk()) {
     const kernels::ops::Shape in(input_spatial, input_spatial + spatial),
         out(output_spatial, output_spatial + spatial);
