@@ -17,16 +17,7 @@ import torch.nn.functional as F
 import detcoll
 import detcoll.torch as dt
 from detcoll.torch import ops
-
-
-def wide(gen, shape, dtype):
-    sign = torch.randint(0, 2, shape, generator=gen).to(dtype) * 2 - 1
-    exponent = torch.randint(-20, 21, shape, generator=gen).to(dtype)
-    return sign * (torch.rand(shape, generator=gen, dtype=dtype) + 0.5) * 2.0 ** exponent
-
-
-def bits(t):
-    return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+from op_testing import bits, wide
 
 
 def input_gradient(fn, x, up):

@@ -17,13 +17,10 @@ import torch.nn.functional as F
 import detcoll
 import detcoll.torch as dt
 from detcoll.torch import ops
+from op_testing import bits
 
 MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
 PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
-
-
-def bits(t):
-    return t.contiguous().view({4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def case(seed, spatial, dtype):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import detcoll
 import detcoll.torch as dt
 from detcoll.torch import ops
+from op_testing import bits, wide
 
 CASES = [
     ((2, 3, 7), dict(scale_factor=2.5)),
@@ -27,16 +28,6 @@ CASES = [
     ((1, 2, 6), dict(size=74)),
     ((1, 2, 10, 10), dict(scale_factor=(2.05, 1.05))),
 ]
-
-
-def wide(gen, shape, dtype):
-    sign = torch.randint(0, 2, shape, generator=gen).to(dtype) * 2 - 1
-    exponent = torch.randint(-20, 21, shape, generator=gen).to(dtype)
-    return sign * (torch.rand(shape, generator=gen, dtype=dtype) + 0.5) * 2.0 ** exponent
-
-
-def bits(t):
-    return t.contiguous().view({4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def gradients(x, up, **kw):

@@ -9,10 +9,7 @@ import torch
 
 import detcoll
 from detcoll.torch import ops
-
-
-def bits(t):
-    return t.contiguous().view({4: torch.int32, 8: torch.int64}[t.element_size()])
+from op_testing import bits
 
 
 def crop_loop(image, boxes, box_indices, crop_size, method, extrapolation):
