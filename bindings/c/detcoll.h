@@ -344,6 +344,11 @@ DETCOLL_API detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, de
  * destination[s] = d in increasing s, of weights[s] * values[p][rows[s]] (rows NULL: s; weights
  * NULL: 1), in the accumulation type, rounded once. weights are in the accumulation type: float
  * for float32, float16 and bfloat16, double for float64. */
+DETCOLL_API detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
+                                                      detcoll_dtype_t dtype,
+                                                      const int64_t* destination, int64_t n,
+                                                      const void* values, int64_t values_inner,
+                                                      const int64_t* rows, const void* weights);
 /* The backward of reflection (reflect != 0) or replication padding, 1 to 3 spatial dimensions:
  * grad_input [planes, *input_spatial] from grad_output [planes, *padded], padding 2 values per
  * dimension in torch's order (last dimension first: left, right, top, bottom, front, back;
@@ -380,11 +385,29 @@ DETCOLL_API detcoll_status_t detcoll_max_pool_backward(void* grad_input, const v
                                                        const int64_t* indices,
                                                        detcoll_dtype_t dtype, int64_t planes,
                                                        int64_t inner, int64_t outputs);
-DETCOLL_API detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
-                                                      detcoll_dtype_t dtype,
-                                                      const int64_t* destination, int64_t n,
-                                                      const void* values, int64_t values_inner,
-                                                      const int64_t* rows, const void* weights);
+/* The backward of bicubic upsampling (2-D): grad_input [planes, in_h, in_w] from grad_output
+ * [planes, out_h, out_w]; scales as the forward was given them (<= 0: none). Each output's 16
+ * taps' products (gradient x y weight x x weight, in torch's arithmetic) are added in output
+ * order, then tap order (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_upsample_bicubic2d_backward(
+    void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes, int64_t in_h,
+    int64_t in_w, int64_t out_h, int64_t out_w, int align_corners, double scale_h, double scale_w);
+/* Writes through indices, every dtype, bits copied. write_last: row destination[s] of out [rows,
+ * width] becomes row s of values [n, width] for s = 0 .. n - 1, so the last s stays where
+ * destinations repeat; rows none names are untouched (index_put_ and put_ without accumulate).
+ * max_unpool (2-D, 3-D): out [planes, outputs] zeroed, then input [planes, inputs] written at
+ * each value's index within its plane, the last where a plane's indices repeat. */
+DETCOLL_API detcoll_status_t detcoll_write_last(void* out, int64_t rows, int64_t width,
+                                                detcoll_dtype_t dtype, const int64_t* destination,
+                                                int64_t n, const void* values);
+DETCOLL_API detcoll_status_t detcoll_max_unpool(void* out, const void* input,
+                                                const int64_t* indices, detcoll_dtype_t dtype,
+                                                int64_t planes, int64_t inputs, int64_t outputs);
+/* torch.histc(input, bins, min, max) of n values into out [bins], both of dtype (floating
+ * point): min == max takes the input's range. Each value's bin in torch 2's formula, counted
+ * exactly (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_histc(void* out, int64_t bins, double min, double max,
+                                           const void* input, int64_t n, detcoll_dtype_t dtype);
 
 /* Sums with a fixed tree (README, "Deterministic ops"): out has in's shape without the axes
  * (naxes of them, negative from the end). bias_add_grad sums every axis but the channel axis:

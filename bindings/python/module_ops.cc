@@ -140,6 +140,37 @@ void defineOps(py::module_& m) {
                                        static_cast<detcoll_dtype_t>(dtype), planes, inner, outputs);
     });
   });
+  m.def(
+      "upsample_bicubic2d_backward",
+      [](uintptr_t gradInput, uintptr_t gradOutput, int dtype, int64_t planes, int64_t inH,
+         int64_t inW, int64_t outH, int64_t outW, bool alignCorners, double scaleH, double scaleW) {
+        blocking([&] {
+          return detcoll_upsample_bicubic2d_backward(
+              ptr(gradInput), ptr(gradOutput), static_cast<detcoll_dtype_t>(dtype), planes, inH,
+              inW, outH, outW, alignCorners ? 1 : 0, scaleH, scaleW);
+        });
+      });
+  m.def("write_last", [](uintptr_t out, int64_t rows, int64_t width, int dtype,
+                         uintptr_t destination, int64_t n, uintptr_t values) {
+    blocking([&] {
+      return detcoll_write_last(ptr(out), rows, width, static_cast<detcoll_dtype_t>(dtype),
+                                static_cast<const int64_t*>(ptr(destination)), n, ptr(values));
+    });
+  });
+  m.def("max_unpool", [](uintptr_t out, uintptr_t input, uintptr_t indices, int dtype,
+                         int64_t planes, int64_t inputs, int64_t outputs) {
+    blocking([&] {
+      return detcoll_max_unpool(ptr(out), ptr(input), static_cast<const int64_t*>(ptr(indices)),
+                                static_cast<detcoll_dtype_t>(dtype), planes, inputs, outputs);
+    });
+  });
+  m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
+                    int dtype) {
+    blocking([&] {
+      return detcoll_histc(ptr(out), bins, min, max, ptr(input), n,
+                           static_cast<detcoll_dtype_t>(dtype));
+    });
+  });
   m.def("weighted_scatter",
         [](uintptr_t out, int64_t planes, int64_t outInner, int dtype, uintptr_t destination,
            int64_t n, uintptr_t values, int64_t valuesInner, uintptr_t rows, uintptr_t weights) {

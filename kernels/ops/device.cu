@@ -8,6 +8,7 @@
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
 #include "kernels/ops/bodies/taps.h"
+#include "kernels/ops/bodies/writes.h"
 #include "kernels/ops/device.h"
 
 namespace detcoll::kernels::ops::device {
@@ -102,6 +103,33 @@ Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* i
                        void* stream) {
   DeviceExecutor e(stream);
   return bodies::maxPoolBackward(e, gradInput, gradOutput, indices, type, planes, inner, outputs);
+}
+
+Status upsampleBicubicBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, bool alignCorners,
+                               const std::vector<double>& scales, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::upsampleBicubicBackward(e, gradInput, gradOutput, type, planes, inputSpatial,
+                                         outputSpatial, alignCorners, scales);
+}
+
+Status writeLast(void* out, int64_t rows, int64_t width, DataType type, const int64_t* destination,
+                 int64_t n, const void* values, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::writeLast(e, out, rows, width, type, destination, n, values);
+}
+
+Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType type,
+                 int64_t planes, int64_t inputs, int64_t outputs, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::maxUnpool(e, out, input, indices, type, planes, inputs, outputs);
+}
+
+Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
+             double max, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::histc(e, out, type, input, n, bins, min, max);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,

@@ -17,9 +17,11 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/ops/cubic.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 #include "kernels/ops/taps.h"
+#include "kernels/ops/writes.h"
 
 namespace detcoll::kernels::ops::device {
 
@@ -57,6 +59,16 @@ Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType
                                const Shape& outputSpatial, void* stream);
 Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
                        DataType type, int64_t planes, int64_t inner, int64_t outputs, void* stream);
+Status upsampleBicubicBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, bool alignCorners,
+                               const std::vector<double>& scales, void* stream);
+Status writeLast(void* out, int64_t rows, int64_t width, DataType type, const int64_t* destination,
+                 int64_t n, const void* values, void* stream);
+Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType type,
+                 int64_t planes, int64_t inputs, int64_t outputs, void* stream);
+Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
+             double max, void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

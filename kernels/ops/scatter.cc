@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/accumulate.h"
+#include "kernels/ops/for_each_index.h"
 #include "kernels/ops/op_checks.h"
 #include "kernels/ops/segment.h"
 
@@ -270,20 +271,7 @@ Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType typ
         for (int64_t d = 0; d < outInner; ++d) plane[d] = Traits<T>::store(acc[d]);
       }
     };
-    int workers =
-        threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    workers = static_cast<int>(
-        std::min<int64_t>({workers, 1 + planes * (n + outInner) / (256 << 10), planes}));
-    if (workers <= 1) {
-      run(0, planes);
-      return;
-    }
-    std::vector<std::thread> pool;
-    for (int t = 1; t < workers; ++t) {
-      pool.emplace_back(run, planes * t / workers, planes * (t + 1) / workers);
-    }
-    run(0, planes / workers);
-    for (std::thread& t : pool) t.join();
+    forEachRange(planes, threads, 1 + planes * (n + outInner) / (256 << 10), run);
   });
   return Status::ok();
 }

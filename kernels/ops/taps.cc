@@ -109,12 +109,7 @@ Axis<O> linearAxis(int64_t n, int64_t m, bool align, double scale) {
   a.taps = 2;
   a.index.resize(static_cast<size_t>(2 * m));
   a.weight.resize(static_cast<size_t>(2 * m));
-  O ratio;
-  if (align) {
-    ratio = m > 1 ? static_cast<O>(n - 1) / static_cast<O>(m - 1) : O(0);
-  } else {
-    ratio = scale > 0 ? static_cast<O>(1.0 / scale) : static_cast<O>(n) / static_cast<O>(m);
-  }
+  const O ratio = linearRatio<O>(n, m, align, scale);
   for (int64_t o = 0; o < m; ++o) {
     if (n == m) {
       a.index[2 * o] = a.index[2 * o + 1] = o;

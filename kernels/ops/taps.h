@@ -61,6 +61,13 @@ struct Taps {
 Status padTaps(const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
                Taps* taps);
 
+// The linear ratio of an axis of n inputs and m outputs, in the opmath type O (above).
+template <typename O>
+O linearRatio(int64_t n, int64_t m, bool alignCorners, double scale) {
+  if (alignCorners) return m > 1 ? static_cast<O>(n - 1) / static_cast<O>(m - 1) : O(0);
+  return scale > 0 ? static_cast<O>(1.0 / scale) : static_cast<O>(n) / static_cast<O>(m);
+}
+
 // The taps of linear (1-D) or trilinear (3-D) upsampling's backward (2-D: bilinear2dBackward in
 // resample.h); scales per axis, <= 0 where the forward had none. wide: float64 weights.
 Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool alignCorners,

@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "kernels/ops/axis_sums.h"
+#include "kernels/ops/cubic.h"
 #include "kernels/ops/device.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
+#include "kernels/ops/writes.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/support/op_data.h"
 #include "tests/support/reference.h"
@@ -293,6 +295,44 @@ TEST(OpsGpu, PaddingAndLinearUpsamplingBackward) {
                                         outputs, nullptr)
                     .isOk());
     expectSame(dMout.bytes(), mcpu, t, "max pool backward through indices");
+  }
+}
+
+TEST(OpsGpu, WritesHistcAndBicubicBackward) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  const int64_t planes = 24, inputs = 14 * 14, outputs = 28 * 28;
+  const std::vector<int64_t> indices = opIndices(planes * inputs, 0, outputs / 3, 91);
+  for (DataType t : testing::kAllTypes) {
+    const Bytes in = opValues(t, planes * inputs, 92);
+    Bytes cpu(planes * outputs * dataTypeSize(t));
+    ASSERT_TRUE(
+        maxUnpool(cpu.data(), in.data(), indices.data(), t, planes, inputs, outputs).isOk());
+    Device dIn(in), dIndices(indices), dOut(Bytes(cpu.size(), 0xab));
+    ASSERT_TRUE(device::maxUnpool(dOut.get(), dIn.get(), dIndices.ints(), t, planes, inputs,
+                                  outputs, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "max_unpool");
+  }
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes x = opValues(t, 200000, 93);
+    for (auto [lo, hi] : {std::pair<double, double>{0, 0}, {-1e3, 2.5e3}}) {
+      Bytes cpu(777 * dataTypeSize(t));
+      ASSERT_TRUE(histc(cpu.data(), t, x.data(), 200000, 777, lo, hi).isOk());
+      Device dX(x), dOut(Bytes(cpu.size()));
+      ASSERT_TRUE(device::histc(dOut.get(), t, dX.get(), 200000, 777, lo, hi, nullptr).isOk());
+      expectSame(dOut.bytes(), cpu, t, "histc");
+    }
+    const Shape small{14, 14}, large{31, 45};
+    const Bytes up = opValues(t, planes * 31 * 45, 94);
+    Bytes cpu(planes * 14 * 14 * dataTypeSize(t));
+    ASSERT_TRUE(
+        upsampleBicubicBackward(cpu.data(), up.data(), t, planes, small, large, false, {}, 0)
+            .isOk());
+    Device dUp(up), dOut(Bytes(cpu.size()));
+    ASSERT_TRUE(device::upsampleBicubicBackward(dOut.get(), dUp.get(), t, planes, small, large,
+                                                false, {}, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "bicubic backward");
   }
 }
 

@@ -300,8 +300,12 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(detcoll.InvalidArgumentError, match="indices must be an int64"):
         ops.max_pool_backward(torch.zeros(1, 1, 2, 2), (1, 1, 4, 4),
                               torch.zeros(1, 1, 2, 2, dtype=torch.int32))
-    with pytest.raises(detcoll.InvalidArgumentError, match="outside the 25 positions"):
+    with pytest.raises(detcoll.InvalidArgumentError,
+                       match=r"max_unpool: indices\[3\] = 25 is out of range \[0, 25\)"):
         ops.max_unpool(torch.zeros(1, 1, 2, 2), torch.tensor([[[[0, 1], [2, 25]]]]), (5, 5))
+    with pytest.raises(detcoll.InvalidArgumentError,
+                       match=r"max_unpool: indices\[2\] = -1 is out of range \[0, 4\)"):
+        ops.max_unpool(torch.zeros(2, 2, 1), torch.tensor([[[0], [3]], [[-1], [0]]]), (2, 2))
     with pytest.raises(detcoll.InvalidArgumentError, match="indices .* and input .* differ"):
         ops.max_unpool(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 1, dtype=torch.int64),
                        (5, 5))

@@ -54,6 +54,16 @@ Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* i
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights);
+Status upsampleBicubicBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, bool alignCorners,
+                               const std::vector<double>& scales);
+Status writeLast(void* out, int64_t rows, int64_t width, DataType type, const int64_t* destination,
+                 int64_t n, const void* values);
+Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType type,
+                 int64_t planes, int64_t inputs, int64_t outputs);
+Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
+             double max);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -7,11 +7,14 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
 #include "kernels/ops/bodies/scatter.h"
+#include "kernels/ops/bodies/writes.h"
+#include "kernels/ops/cubic.h"
 #include "kernels/ops/taps.h"
 
 namespace detcoll::kernels::ops::bodies {
@@ -116,23 +119,70 @@ Status maxPoolBackward(E& e, void* gradInput, const void* gradOutput, const int6
   if (n > 0 && indices == nullptr) {
     return Status::invalidArgument(std::string(op) + ": indices is null");
   }
-  int64_t failed = kNoFailure;
-  if (n > 0) {
-    DETCOLL_RETURN_IF_ERROR(runCheck(
-        e, n,
-        [&](int64_t* bad) {
-          return RangeCheckBody{indices, inner, Skip{}, bad};
-        },
-        &failed));
-  }
-  if (failed != kNoFailure) {
-    return outOfRange("indices", failed, readIndex(e, indices, failed), inner).prefixed(op);
-  }
-  int64_t* destination = e.template alloc<int64_t>(n);
-  e.launch(n, PlaneOffsets{indices, inner, outputs, destination});
-  DETCOLL_RETURN_IF_ERROR(e.status());
+  int64_t* destination = nullptr;
+  DETCOLL_RETURN_IF_ERROR(
+      planeDestinations(e, indices, planes, outputs, inner, &destination).prefixed(op));
   return weightedScatter(e, gradInput, 1, planes * inner, type, destination, n, gradOutput, n,
                          nullptr, nullptr)
+      .prefixed(op);
+}
+
+template <typename U>
+struct CopyBody {
+  const U* in;
+  U* out;
+  DETCOLL_HOST_DEVICE void operator()(int64_t i) const { out[i] = in[i]; }
+};
+
+// Bicubic (cubic.h): the axes' taps from the host, each source's destination and rounded product
+// on the executor, then weightedScatter without weights.
+template <typename E>
+Status upsampleBicubicBackward(E& e, void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, bool alignCorners,
+                               const std::vector<double>& scales) {
+  const char* op = "upsample_bicubic2d_backward";
+  CubicTaps taps;
+  DETCOLL_RETURN_IF_ERROR(cubicCall(type, inputSpatial, outputSpatial, alignCorners, scales, planes,
+                                    gradInput, gradOutput, &taps));
+  const int64_t inputs = taps.inHeight * taps.inWidth, outputs = taps.outHeight * taps.outWidth;
+  if (planes == 0) return Status::ok();
+  if (inputSpatial == outputSpatial) {
+    visitWord(type, [&](auto tag) {
+      using U = typename decltype(tag)::type;
+      e.launch(planes * inputs,
+               CopyBody<U>{static_cast<const U*>(gradOutput), static_cast<U*>(gradInput)});
+    });
+    return e.status();
+  }
+  const int64_t n = outputs * 16;
+  const int64_t* ty = upload(e, taps.ty);
+  const int64_t* tx = upload(e, taps.tx);
+  int64_t* destination = e.template alloc<int64_t>(n);
+  e.launch(n, CubicDestinationBody{ty, tx, taps.outWidth, taps.inWidth, destination});
+  void* products = nullptr;
+  kernels::visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using O = typename kernels::Traits<T>::Acc;
+    if constexpr (isFloatingStorage<T>()) {
+      const O* wy;
+      const O* wx;
+      if constexpr (std::is_same_v<O, double>) {
+        wy = upload(e, taps.wy64);
+        wx = upload(e, taps.wx64);
+      } else {
+        wy = upload(e, taps.wy32);
+        wx = upload(e, taps.wx32);
+      }
+      T* out = e.template alloc<T>(planes * n);
+      e.launch(planes * n, CubicProductsBody<T, O>{static_cast<const T*>(gradOutput), wy, wx,
+                                                   taps.outWidth, outputs, out});
+      products = out;
+    }
+  });
+  DETCOLL_RETURN_IF_ERROR(e.status());
+  return weightedScatter(e, gradInput, planes, inputs, type, destination, n, products, n, nullptr,
+                         nullptr)
       .prefixed(op);
 }
 

@@ -6,9 +6,9 @@ interpolation.
 Each forward output position reads a fixed list of input positions ("taps") of its plane, with a
 weight. The backward adds, in the order of the output positions (row-major) and, within one, in
 the order of torch's CPU loop, each tap's gradient times its weight into the input position it
-read, from zero (README, "Deterministic ops"): weighted_scatter. Padding, average pooling and
-linear upsampling run detcoll's C entries, which compute their taps on the host
-(kernels/ops/taps.h); bicubic computes its products here in torch's order. Where torch's CPU loop
+read, from zero (README, "Deterministic ops"): weighted_scatter. Padding, pooling and linear and
+bicubic upsampling run detcoll's C entries, which compute their taps on the host
+(kernels/ops/taps.h, cubic.h); max_unpool writes through detcoll_max_unpool (writes.h). Where torch's CPU loop
 is sequential and unfused the float32 and float64 bits are its; the CPU and the GPU give the same.
 """
 
@@ -242,94 +242,30 @@ def max_unpool(input, indices, output_size):
             f"{op}: indices {tuple(indices.shape)} and input {tuple(x.shape)} differ")
     lead = list(x.shape[:-spatial])
     planes, inner = math.prod(lead), math.prod(output_size)
-    if x.numel() == 0:
-        return torch.zeros(lead + output_size, dtype=x.dtype, device=x.device)
-    flat = indices.reshape(planes, -1)
-    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= inner):
-        raise detcoll.InvalidArgumentError(
-            f"{op}: an index is outside the {inner} positions of an output plane")
-    dest = (flat + torch.arange(planes, device=x.device).unsqueeze(1) * inner).reshape(-1)
-    out = write_last(torch.zeros(planes * inner, dtype=x.dtype, device=x.device), dest,
-                     x.reshape(-1))
-    return out.reshape(lead + output_size)
+    out = torch.empty(lead + output_size, dtype=x.dtype, device=x.device)
+    if x.numel() == 0 or inner == 0:
+        return out.zero_()
+    # detcoll_max_unpool (kernels/ops/writes.h): an index outside the plane is refused by name.
+    _detcoll.max_unpool(out.data_ptr(), x.contiguous().data_ptr(),
+                        indices.contiguous().data_ptr(), DTYPES[x.dtype], planes,
+                        x.numel() // planes, inner)
+    return out
 
 
 def write_last(target, dest, values):
     """target with row dest[i] replaced by values[i] (the last i where destinations repeat), as a
-    new tensor, by gathers and a where. No scatter: under torch's deterministic mode CUDA's
-    index_copy_ and scatter_ run index_put_, which patch() replaces with a caller of this. Where
-    the destinations are unique (bincount), each row's source comes from weighted_scatter of the
-    positions (exact in float64); otherwise from a stable sort of the destinations."""
-    if dest.numel() == 0:
-        return target
-    rows = torch.arange(target.shape[0], device=target.device)
-    if int(ops.bincount(dest, minlength=target.shape[0]).max()) <= 1:
-        position = torch.arange(1, dest.numel() + 1, device=dest.device, dtype=torch.float64)
-        source = weighted_scatter(position.reshape(1, -1), dest, target.shape[0])[0]
-        hit = source > 0
-        picked = (source - 1).clamp(min=0).long()
-    else:
-        dest_sorted, order = torch.sort(dest, stable=True)
-        last = torch.ones_like(dest_sorted, dtype=torch.bool)
-        last[:-1] = dest_sorted[1:] != dest_sorted[:-1]
-        unique, sources = dest_sorted[last], order[last]
-        at = torch.searchsorted(unique, rows).clamp(max=unique.numel() - 1)
-        hit = unique.index_select(0, at) == rows
-        picked = sources.index_select(0, at)
-    hit = hit.reshape((-1,) + (1,) * (target.dim() - 1))
-    return torch.where(hit, values.index_select(0, picked), target)
+    new tensor: detcoll_write_last (kernels/ops/writes.h), the bits copied."""
+    out = target.contiguous().clone()
+    dest = dest.reshape(-1).contiguous()
+    if dest.numel() == 0 or out.numel() == 0:
+        return out
+    values = values.contiguous()
+    _detcoll.write_last(out.data_ptr(), out.shape[0], out.numel() // out.shape[0],
+                        DTYPES[out.dtype], dest.data_ptr(), dest.numel(), values.data_ptr())
+    return out
 
 
 # ---- linear, bilinear, trilinear and bicubic interpolation ----
-
-def _scale_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32  # torch's opmath type
-
-
-def _area_scale(n, m, align_corners, scale, dtype):
-    """torch's area_pixel_compute_scale, in its opmath type."""
-    if align_corners:
-        value = (n - 1) / (m - 1) if m > 1 else 0.0
-        if dtype == torch.float32:  # (float)(n - 1) / (m - 1), in float
-            return torch.tensor(n - 1, dtype=dtype) / torch.tensor(m - 1 if m > 1 else 1,
-                                                                   dtype=dtype) * (m > 1)
-        return torch.tensor(value, dtype=dtype)
-    if scale is not None and scale > 0:
-        return torch.tensor(1.0 / scale, dtype=dtype)   # 1 / scale in double, then cast
-    return torch.tensor(n, dtype=dtype) / torch.tensor(m, dtype=dtype)
-
-
-def _source(m, ratio, align_corners, cubic, dtype, device):
-    """torch's area_pixel_compute_source_index for the m output positions, in its opmath type:
-    ratio · o where the corners align, otherwise ratio · (o + ½) − ½, and 0 below 0 but for
-    bicubic."""
-    dst = torch.arange(m, device=device).to(dtype)
-    ratio = ratio.to(device)
-    if align_corners:
-        return ratio * dst
-    src = ratio * (dst + 0.5) - 0.5
-    return src if cubic else src.clamp(min=0)
-
-
-def _cubic_axis(n, m, align_corners, scale, dtype, device):
-    """Taps (i - 1 ... i + 2, clamped to the edge) and torch's cubic convolution coefficients
-    (A = -0.75) of one axis."""
-    real = _source(m, _area_scale(n, m, align_corners, scale, dtype), align_corners, True,
-                   dtype, device)
-    i = real.floor()
-    t = real - i
-    a = -0.75
-
-    def near(x):   # cubic_convolution1: ((A + 2) x - (A + 3)) x x + 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x):    # cubic_convolution2: ((A x - 5A) x + 8A) x - 4A
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    coefficients = torch.stack([far(t + 1.0), near(t), near(1.0 - t), far((1.0 - t) + 1.0)], 1)
-    taps = i.long().unsqueeze(1) + torch.arange(-1, 3, device=device)
-    return taps.clamp(0, n - 1), coefficients
-
 
 def upsample_backward(grad_output, output_size, input_size, align_corners, scales=None,
                       mode="linear"):
@@ -362,9 +298,6 @@ def upsample_backward(grad_output, output_size, input_size, align_corners, scale
     except (TypeError, ValueError):
         raise detcoll.InvalidArgumentError(f"{op}: scales {scales} are not numbers") from None
     scales += [None] * (spatial - len(scales))
-    dtype = _scale_dtype(g.dtype)
-    if mode == "bicubic" and input_size[2:] == output_size:
-        return g.clone()   # torch's shortcut: the same sizes copy
     if mode == "linear" and spatial == 2:
         # Bilinear has its own kernel (_gathers.py), whose bits these are.
         return _gathers.upsample_bilinear2d_backward(g, output_size, input_size, align_corners,
@@ -377,14 +310,11 @@ def upsample_backward(grad_output, output_size, input_size, align_corners, scale
             input_size[2:], output_size, bool(align_corners),
             [-1.0 if s is None else s for s in scales])
         return out
-    # Bicubic: torch's loop takes x taps outer, y inner, value * y_coeff * x_coeff.
-    (ty, wy), (tx, wx) = [_cubic_axis(n, m, bool(align_corners), scale, dtype, g.device)
-                          for n, m, scale in zip(input_size[2:], output_size, scales)]
-    nx = input_size[3]
-    linear = (ty.reshape(-1, 1, 1, 4) * nx + tx.reshape(1, -1, 4, 1))
-    value = g.to(dtype).reshape(-1, output_size[0], output_size[1], 1, 1)
-    src = value * wy.reshape(1, -1, 1, 1, 4) * wx.reshape(1, 1, -1, 4, 1)
-    # One value per tap (torch's product order), read in place by weighted_scatter.
-    out = weighted_scatter(src.to(g.dtype).reshape(src.shape[0], -1), linear.reshape(-1),
-                           input_size[2] * input_size[3])
-    return out.reshape(input_size)
+    # detcoll_upsample_bicubic2d_backward (kernels/ops/cubic.h): torch's coefficients, each
+    # tap's product rounded to the dtype, then weighted_scatter.
+    out = torch.empty(input_size, dtype=g.dtype, device=g.device)
+    _detcoll.upsample_bicubic2d_backward(
+        out.data_ptr(), g.data_ptr(), DTYPES[g.dtype], input_size[0] * input_size[1],
+        *input_size[2:], *output_size, bool(align_corners),
+        *[-1.0 if s is None else s for s in scales])
+    return out

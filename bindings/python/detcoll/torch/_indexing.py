@@ -13,8 +13,10 @@ import math
 import torch
 
 import detcoll
+from detcoll import _detcoll
 from detcoll.torch import ops
 from detcoll.torch._adjoints import write_last
+from detcoll.torch._tensors import DTYPES
 from detcoll.torch._op_args import _floating, _indices, _placed, _same_dtype, _values
 
 
@@ -197,29 +199,11 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 (torch's argument names)
     except (TypeError, ValueError):
         raise detcoll.InvalidArgumentError(
             f"{op}: min {min!r} and max {max!r} must be numbers") from None
-    if lo == hi and x.numel():
-        finite = x[~x.isnan()]
-        if finite.numel():
-            lo, hi = float(finite.min()), float(finite.max())
-    if lo == hi:
-        lo, hi = lo - 1, hi + 1
-    if lo > hi:
-        raise detcoll.InvalidArgumentError(f"{op}: max {max} must be larger than min {min}")
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise detcoll.InvalidArgumentError(f"{op}: the range [{lo}, {hi}] is not finite")
-    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    low = torch.tensor(lo, dtype=x.dtype, device=x.device).to(work)
-    high = torch.tensor(hi, dtype=x.dtype, device=x.device).to(work)
-    values = x.to(work)
-    counted = values[(values >= low) & (values <= high)]
-    scaled = (counted - low) * bins
-    width = high - low
-    if not (bool(torch.isfinite(scaled).all()) and bool(torch.isfinite(width))):
-        # (x − min) · bins overflows the dtype: the same formula in float64.
-        counted, low, width = counted.double(), low.double(), high.double() - low.double()
-        scaled = (counted - low) * bins
-    position = (scaled / width).clamp(max=bins - 1).to(torch.int64)
-    return ops.bincount(position, minlength=bins).to(x.dtype)
+    # detcoll_histc (kernels/ops/writes.h): the range, the bins, the exact counts.
+    out = torch.empty(bins, dtype=x.dtype, device=x.device)
+    _detcoll.histc(out.data_ptr(), bins, lo, hi, x.contiguous().data_ptr(), x.numel(),
+                   DTYPES[x.dtype])
+    return out
 
 
 def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,

@@ -1,0 +1,99 @@
+// The C entries of bicubic upsampling's backward (kernels/ops/cubic.h) and of the writes through
+// indices and histc (kernels/ops/writes.h). The same placement and run rules as detcoll_ops.cc
+// (ops_glue.h).
+
+#include <string>
+#include <vector>
+
+#include "bindings/c/detcoll.h"
+#include "bindings/c/ops_glue.h"
+#include "kernels/ops/cubic.h"
+#include "kernels/ops/writes.h"
+
+using namespace detcoll;
+using namespace detcoll::bindings::c;
+
+extern "C" {
+
+detcoll_status_t detcoll_upsample_bicubic2d_backward(void* grad_input, const void* grad_output,
+                                                     detcoll_dtype_t dtype, int64_t planes,
+                                                     int64_t in_h, int64_t in_w, int64_t out_h,
+                                                     int64_t out_w, int align_corners,
+                                                     double scale_h, double scale_w) {
+  const char* op = "upsample_bicubic2d_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op, {{grad_input, "grad_input"}, {grad_output, "grad_output"}}, &device);
+  }
+  if (status.isOk()) {
+    const kernels::ops::Shape in{in_h, in_w}, out{out_h, out_w};
+    const std::vector<double> scales{scale_h, scale_w};
+    status =
+        run(op, device,
+            DETCOLL_ON_DEVICE(upsampleBicubicBackward(grad_input, grad_output, type, planes, in,
+                                                      out, align_corners != 0, scales, stream)),
+            [&] {
+              return kernels::ops::upsampleBicubicBackward(grad_input, grad_output, type, planes,
+                                                           in, out, align_corners != 0, scales,
+                                                           g_opsThreads);
+            });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_write_last(void* out, int64_t rows, int64_t width, detcoll_dtype_t dtype,
+                                    const int64_t* destination, int64_t n, const void* values) {
+  const char* op = "write_last";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op, {{out, "out"}, {destination, "destination"}, {values, "values"}}, &device);
+  }
+  if (status.isOk()) {
+    status = run(
+        op, device,
+        DETCOLL_ON_DEVICE(writeLast(out, rows, width, type, destination, n, values, stream)),
+        [&] { return kernels::ops::writeLast(out, rows, width, type, destination, n, values); });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_max_unpool(void* out, const void* input, const int64_t* indices,
+                                    detcoll_dtype_t dtype, int64_t planes, int64_t inputs,
+                                    int64_t outputs) {
+  const char* op = "max_unpool";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op, {{out, "out"}, {input, "input"}, {indices, "indices"}}, &device);
+  }
+  if (status.isOk()) {
+    status = run(
+        op, device,
+        DETCOLL_ON_DEVICE(maxUnpool(out, input, indices, type, planes, inputs, outputs, stream)),
+        [&] {
+          return kernels::ops::maxUnpool(out, input, indices, type, planes, inputs, outputs);
+        });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_histc(void* out, int64_t bins, double min, double max, const void* input,
+                               int64_t n, detcoll_dtype_t dtype) {
+  const char* op = "histc";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = placeOf(op, {{out, "out"}, {input, "input"}}, &device);
+  if (status.isOk()) {
+    status = run(op, device, DETCOLL_ON_DEVICE(histc(out, type, input, n, bins, min, max, stream)),
+                 [&] { return kernels::ops::histc(out, type, input, n, bins, min, max); });
+  }
+  return finish(status);
+}
+
+}  // extern "C"

@@ -1,0 +1,173 @@
+#include "kernels/ops/writes.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/ops/segment.h"
+
+namespace detcoll::kernels::ops {
+std::string histcNumber(double v) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {  // the shortest that reads back as v
+    std::snprintf(text, sizeof(text), "%.*g", digits, v);
+    if (std::strtod(text, nullptr) == v) break;
+  }
+  return text;
+}
+
+namespace {
+
+// The bins of histc in W over [lo, hi] (W's values), then the counts into out.
+template <typename T, typename W>
+void binAndCount(void* out, const void* input, int64_t n, int64_t bins, W lo, W hi) {
+  std::vector<int64_t> position(static_cast<size_t>(n));
+  const HistcBinBody<T, W> body{static_cast<const T*>(input),
+                                lo,
+                                hi,
+                                hi - lo,
+                                static_cast<W>(bins),
+                                static_cast<W>(bins - 1),
+                                position.data()};
+  for (int64_t i = 0; i < n; ++i) body(i);
+  std::vector<int64_t> counts(static_cast<size_t>(bins), 0);
+  for (int64_t p : position) {
+    if (p >= 0) ++counts[static_cast<size_t>(p)];
+  }
+  using A = typename kernels::Traits<T>::Acc;
+  T* result = static_cast<T*>(out);
+  for (int64_t b = 0; b < bins; ++b)
+    result[b] = kernels::Traits<T>::store(static_cast<A>(counts[b]));
+}
+
+}  // namespace
+
+Status checkWriteLast(const void* out, int64_t rows, int64_t width, const int64_t* destination,
+                      int64_t n, const void* values) {
+  const std::string op = "write_last: ";
+  if (rows < 0 || width < 0 || n < 0) return Status::invalidArgument(op + "negative size");
+  if (n > 0 && width > 0 && (out == nullptr || values == nullptr)) {
+    return Status::invalidArgument(op + "out or values is null");
+  }
+  if (n > 0 && destination == nullptr) return Status::invalidArgument(op + "destination is null");
+  return Status::ok();
+}
+
+Status checkMaxUnpool(const void* out, const void* input, const int64_t* indices, int64_t planes,
+                      int64_t inputs, int64_t outputs) {
+  const std::string op = "max_unpool: ";
+  if (planes < 0 || inputs < 0 || outputs < 0) return Status::invalidArgument(op + "negative size");
+  if ((planes * outputs > 0 && out == nullptr) || (planes * inputs > 0 && input == nullptr)) {
+    return Status::invalidArgument(op + "out or input is null");
+  }
+  if (planes * inputs > 0 && indices == nullptr)
+    return Status::invalidArgument(op + "indices is null");
+  return Status::ok();
+}
+
+Status checkHistc(const void* out, DataType type, const void* input, int64_t n, int64_t bins) {
+  const std::string op = "histc: ";
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(op + "dtype " + dataTypeName(type) + "; floating point only");
+  }
+  if (bins <= 0) {
+    return Status::invalidArgument(op + "bins must be > 0, got " + std::to_string(bins));
+  }
+  if (n < 0) return Status::invalidArgument(op + "negative size");
+  if (out == nullptr || (n > 0 && input == nullptr)) {
+    return Status::invalidArgument(op + "out or input is null");
+  }
+  return Status::ok();
+}
+
+Status writeLast(void* out, int64_t rows, int64_t width, DataType type, const int64_t* destination,
+                 int64_t n, const void* values) {
+  DETCOLL_RETURN_IF_ERROR(checkWriteLast(out, rows, width, destination, n, values));
+  DETCOLL_RETURN_IF_ERROR(
+      checkSegments(destination, n, rows, "destination").prefixed("write_last"));
+  const size_t row = static_cast<size_t>(width) * dataTypeSize(type);
+  if (row == 0) return Status::ok();
+  auto* to = static_cast<uint8_t*>(out);
+  const auto* from = static_cast<const uint8_t*>(values);
+  for (int64_t s = 0; s < n; ++s) std::memcpy(to + destination[s] * row, from + s * row, row);
+  return Status::ok();
+}
+
+Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType type,
+                 int64_t planes, int64_t inputs, int64_t outputs) {
+  DETCOLL_RETURN_IF_ERROR(checkMaxUnpool(out, input, indices, planes, inputs, outputs));
+  const int64_t n = planes * inputs;
+  DETCOLL_RETURN_IF_ERROR(checkSegments(indices, n, outputs, "indices").prefixed("max_unpool"));
+  const size_t size = dataTypeSize(type);
+  auto* to = static_cast<uint8_t*>(out);
+  const auto* from = static_cast<const uint8_t*>(input);
+  if (planes * outputs > 0) std::memset(to, 0, static_cast<size_t>(planes * outputs) * size);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t at = (t / inputs) * outputs + indices[t];
+    std::memcpy(to + at * size, from + t * size, size);
+  }
+  return Status::ok();
+}
+
+Status histcRange(double min, double max, bool any, double low, double high, double* lo,
+                  double* hi) {
+  const char* op = "histc";
+  if (min == max && any) {
+    min = low;
+    max = high;
+  }
+  if (min == max) {
+    min -= 1;
+    max += 1;
+  }
+  if (min > max) {
+    return Status::invalidArgument(std::string(op) + ": max " + histcNumber(max) +
+                                   " must be larger than min " + histcNumber(min));
+  }
+  if (!std::isfinite(min) || !std::isfinite(max)) {
+    return Status::invalidArgument(std::string(op) + ": the range [" + histcNumber(min) + ", " +
+                                   histcNumber(max) + "] is not finite");
+  }
+  *lo = min;
+  *hi = max;
+  return Status::ok();
+}
+
+Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
+             double max) {
+  DETCOLL_RETURN_IF_ERROR(checkHistc(out, type, input, n, bins));
+  Status status;
+  kernels::visitType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using W = typename kernels::Traits<T>::Acc;
+    const T* x = static_cast<const T*>(input);
+    bool any = false;
+    double low = 0, high = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(kernels::Traits<T>::load(x[i]));
+      if (v != v) continue;
+      low = any ? std::fmin(low, v) : v;
+      high = any ? std::fmax(high, v) : v;
+      any = true;
+    }
+    double lo = 0, hi = 0;
+    W loW{}, hiW{};
+    status = histcRange(min, max, any, low, high, &lo, &hi);
+    if (status.isOk()) status = histcBounds<T>(type, lo, hi, &loW, &hiW);
+    if (!status.isOk()) return;
+    const HistcOverflowBody<T, W> check{x, loW, hiW, static_cast<W>(bins), nullptr};
+    bool wide = !std::isfinite(static_cast<double>(hiW - loW));
+    for (int64_t i = 0; i < n && !wide; ++i) wide = check.overflows(i);
+    if (wide) {
+      binAndCount<T, double>(out, input, n, bins, loW, hiW);
+    } else {
+      binAndCount<T, W>(out, input, n, bins, loW, hiW);
+    }
+  });
+  return status;
+}
+
+}  // namespace detcoll::kernels::ops

@@ -1,0 +1,110 @@
+#pragma once
+
+// Writes through indices whose CUDA kernels race or add with atomicAdd, and histc (docs/design.md,
+// "Patching torch's operators"): the CPU reference, whose bits the data-parallel formulation
+// (bodies/writes.h) and the CUDA kernels equal.
+//
+// writeLast: row destination[s] of out [rows, width] is replaced by row s of values [n, width],
+// for s = 0 .. n - 1 in order, so that where destinations repeat the last s is what stays; rows no
+// source names keep their contents. The bytes are copied, so every dtype is exact. It is
+// max_unpool (each plane's indices offset to the plane) and index_put_ / put_ without accumulate.
+//
+// histc: bins equal bins over [min, max]. min == max: the input's own range (its smallest and
+// largest non-NaN values); still equal: one wider on each side. The range must then be finite with
+// min < max, and stay so in the dtype. A value x counts in bin floor((x - lo) · bins / (hi - lo)),
+// evaluated in that order in W (float for float32, float16 and bfloat16, whose conversions are
+// exact; double for float64), lo and hi being min and max rounded to the dtype; the maximum
+// goes to the last bin; values outside [lo, hi] and NaN are not counted. Where (x - lo) · bins
+// or hi - lo overflows W for some counted x, every value is evaluated in double instead. The
+// counts are exact int64, converted to the dtype once. (torch 2's CPU and CUDA formula; torch
+// 1.13's CPU kernel divides before it multiplies.)
+
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/host_device.h"
+#include "common/status.h"
+#include "kernels/accumulate.h"
+#include "kernels/ops/resample_kernels.h"
+
+namespace detcoll::kernels::ops {
+
+Status writeLast(void* out, int64_t rows, int64_t width, DataType type, const int64_t* destination,
+                 int64_t n, const void* values);
+
+// The argument checks (all but the indices' range) the CPU reference and the executor's
+// formulation share, so that both refuse in the same words.
+Status checkWriteLast(const void* out, int64_t rows, int64_t width, const int64_t* destination,
+                      int64_t n, const void* values);
+Status checkMaxUnpool(const void* out, const void* input, const int64_t* indices, int64_t planes,
+                      int64_t inputs, int64_t outputs);
+Status checkHistc(const void* out, DataType type, const void* input, int64_t n, int64_t bins);
+
+// max_unpool (2-D, 3-D): out [planes, outputs] zeroed, then plane p's input value i written at
+// p · outputs + indices[p · inputs + i], the last where a plane's indices repeat.
+Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType type,
+                 int64_t planes, int64_t inputs, int64_t outputs);
+
+// histc of n values into out [bins], in the dtype (floating point).
+Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
+             double max);
+
+// The range histc bins over: [*lo, *hi] from min and max and, when they are equal, the input's
+// range (any: the input has a non-NaN value, low and high its smallest and largest), checked.
+Status histcRange(double min, double max, bool any, double low, double high, double* lo,
+                  double* hi);
+
+// Value i's bin (-1: not counted), in W, the bounds and the multiplier already rounded to W.
+template <typename T, typename W>
+struct HistcBinBody {
+  const T* input;
+  W lo, hi, width, bins, last;  // last = bins - 1
+  int64_t* position;
+  DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
+    const W v = static_cast<W>(kernels::Traits<T>::load(input[i]));
+    if (!(v >= lo && v <= hi)) {
+      position[i] = -1;
+      return;
+    }
+    W q = (v - lo) * bins / width;
+    if (q > last) q = last;
+    position[i] = static_cast<int64_t>(q);
+  }
+};
+
+// Value i, counted in W, with (x - lo) · bins not finite: recorded in *bad (recordFirst).
+template <typename T, typename W>
+struct HistcOverflowBody {
+  const T* input;
+  W lo, hi, bins;
+  int64_t* bad;
+  DETCOLL_HOST_DEVICE bool overflows(int64_t i) const {
+    const W v = static_cast<W>(kernels::Traits<T>::load(input[i]));
+    if (!(v >= lo && v <= hi)) return false;
+    const W scaled = (v - lo) * bins;
+    return !(scaled - scaled == W(0));  // inf or NaN
+  }
+  DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
+    if (overflows(i)) resample::recordFirst(bad, i);
+  }
+};
+
+// histc's range [lo, hi] rounded to the dtype T and read in W (*loW, *hiW): refused where it is
+// no longer finite with lo < hi.
+std::string histcNumber(double v);  // the shortest decimal that reads back as v
+
+template <typename T>
+Status histcBounds(DataType type, double lo, double hi, typename kernels::Traits<T>::Acc* loW,
+                   typename kernels::Traits<T>::Acc* hiW) {
+  using W = typename kernels::Traits<T>::Acc;
+  *loW = kernels::Traits<T>::load(kernels::Traits<T>::round(static_cast<W>(lo)));
+  *hiW = kernels::Traits<T>::load(kernels::Traits<T>::round(static_cast<W>(hi)));
+  const bool finite = *loW - *loW == W(0) && *hiW - *hiW == W(0);
+  if (finite && *loW < *hiW) return Status::ok();
+  return Status::invalidArgument("histc: the range [" + histcNumber(lo) + ", " + histcNumber(hi) +
+                                 "] is " + (finite ? "empty" : "not finite") + " in " +
+                                 dataTypeName(type));
+}
+
+}  // namespace detcoll::kernels::ops
