@@ -403,6 +403,13 @@ DETCOLL_API detcoll_status_t detcoll_write_last(void* out, int64_t rows, int64_t
 DETCOLL_API detcoll_status_t detcoll_max_unpool(void* out, const void* input,
                                                 const int64_t* indices, detcoll_dtype_t dtype,
                                                 int64_t planes, int64_t inputs, int64_t outputs);
+/* embedding_bag's weight gradient in mode max: grad_weight [num_weights, dim] from grad_output
+ * [bags, dim]; element (b, c) adds into row maximum_indices[b][c], column c, where bag_size[b] > 0
+ * and the row is neither negative nor padding_idx (< 0: none); in row-major order. */
+DETCOLL_API detcoll_status_t detcoll_embedding_bag_max_backward(
+    void* grad_weight, int64_t num_weights, detcoll_dtype_t dtype, const void* grad_output,
+    int64_t bags, int64_t dim, const int64_t* maximum_indices, const int64_t* bag_size,
+    int64_t padding_idx);
 /* torch.histc(input, bins, min, max) of n values into out [bins], both of dtype (floating
  * point): min == max takes the input's range. Each value's bin in torch 2's formula, counted
  * exactly (README, "Deterministic ops"). */

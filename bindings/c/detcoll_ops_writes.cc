@@ -1,6 +1,6 @@
 // The C entries of bicubic upsampling's backward (kernels/ops/cubic.h) and of the writes through
-// indices and histc (kernels/ops/writes.h). The same placement and run rules as detcoll_ops.cc
-// (ops_glue.h).
+// indices, embedding_bag's max gradient and histc (kernels/ops/writes.h). The same placement and
+// run rules as detcoll_ops.cc (ops_glue.h).
 
 #include <string>
 #include <vector>
@@ -92,6 +92,37 @@ detcoll_status_t detcoll_histc(void* out, int64_t bins, double min, double max, 
   if (status.isOk()) {
     status = run(op, device, DETCOLL_ON_DEVICE(histc(out, type, input, n, bins, min, max, stream)),
                  [&] { return kernels::ops::histc(out, type, input, n, bins, min, max); });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_embedding_bag_max_backward(void* grad_weight, int64_t num_weights,
+                                                    detcoll_dtype_t dtype, const void* grad_output,
+                                                    int64_t bags, int64_t dim,
+                                                    const int64_t* maximum_indices,
+                                                    const int64_t* bag_size, int64_t padding_idx) {
+  const char* op = "embedding_bag_max_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op,
+                     {{grad_weight, "grad_weight"},
+                      {grad_output, "grad_output"},
+                      {maximum_indices, "maximum_indices"},
+                      {bag_size, "bag_size"}},
+                     &device);
+  }
+  if (status.isOk()) {
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(embeddingBagMaxBackward(grad_weight, num_weights, type,
+                                                           grad_output, bags, dim, maximum_indices,
+                                                           bag_size, padding_idx, stream)),
+                 [&] {
+                   return kernels::ops::embeddingBagMaxBackward(
+                       grad_weight, num_weights, type, grad_output, bags, dim, maximum_indices,
+                       bag_size, padding_idx, g_opsThreads);
+                 });
   }
   return finish(status);
 }

@@ -164,6 +164,16 @@ void defineOps(py::module_& m) {
                                 static_cast<detcoll_dtype_t>(dtype), planes, inputs, outputs);
     });
   });
+  m.def("embedding_bag_max_backward",
+        [](uintptr_t gradWeight, int64_t numWeights, int dtype, uintptr_t gradOutput, int64_t bags,
+           int64_t dim, uintptr_t maximumIndices, uintptr_t bagSize, int64_t paddingIdx) {
+          blocking([&] {
+            return detcoll_embedding_bag_max_backward(
+                ptr(gradWeight), numWeights, static_cast<detcoll_dtype_t>(dtype), ptr(gradOutput),
+                bags, dim, static_cast<const int64_t*>(ptr(maximumIndices)),
+                static_cast<const int64_t*>(ptr(bagSize)), paddingIdx);
+          });
+        });
   m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
                     int dtype) {
     blocking([&] {

@@ -132,6 +132,15 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
   return bodies::histc(e, out, type, input, n, bins, min, max);
 }
 
+Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType type,
+                               const void* gradOutput, int64_t bags, int64_t dim,
+                               const int64_t* maximumIndices, const int64_t* bagSize,
+                               int64_t paddingIdx, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::embeddingBagMaxBackward(e, gradWeight, numWeights, type, gradOutput, bags, dim,
+                                         maximumIndices, bagSize, paddingIdx);
+}
+
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream) {
   DeviceExecutor e(stream);

@@ -69,6 +69,10 @@ Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType 
                  int64_t planes, int64_t inputs, int64_t outputs, void* stream);
 Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
              double max, void* stream);
+Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType type,
+                               const void* gradOutput, int64_t bags, int64_t dim,
+                               const int64_t* maximumIndices, const int64_t* bagSize,
+                               int64_t paddingIdx, void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,50 @@ Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType 
     std::memcpy(to + at * size, from + t * size, size);
   }
   return Status::ok();
+}
+
+Status checkEmbeddingBagMax(const void* gradWeight, int64_t numWeights, DataType type,
+                            const void* gradOutput, int64_t bags, int64_t dim,
+                            const int64_t* maximumIndices, const int64_t* bagSize) {
+  const std::string op = "embedding_bag_max_backward: ";
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(op + "dtype " + dataTypeName(type) + "; floating point only");
+  }
+  if (numWeights < 0 || bags < 0 || dim < 0) return Status::invalidArgument(op + "negative size");
+  if ((numWeights * dim > 0 && gradWeight == nullptr) ||
+      (bags * dim > 0 && (gradOutput == nullptr || maximumIndices == nullptr)) ||
+      (bags > 0 && bagSize == nullptr)) {
+    return Status::invalidArgument(op +
+                                   "grad_weight, grad_output, maximum_indices or bag_size is null");
+  }
+  return Status::ok();
+}
+
+Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType type,
+                               const void* gradOutput, int64_t bags, int64_t dim,
+                               const int64_t* maximumIndices, const int64_t* bagSize,
+                               int64_t paddingIdx, int threads) {
+  DETCOLL_RETURN_IF_ERROR(checkEmbeddingBagMax(gradWeight, numWeights, type, gradOutput, bags, dim,
+                                               maximumIndices, bagSize));
+  const int64_t n = bags * dim;
+  std::vector<int64_t> destination(static_cast<size_t>(n));
+  int64_t bad = std::numeric_limits<int64_t>::max();
+  const BagMaxBody body{maximumIndices,     bagSize, dim, numWeights, paddingIdx,
+                        destination.data(), &bad};
+  for (int64_t t = 0; t < n; ++t) body(t);
+  if (bad != std::numeric_limits<int64_t>::max()) {
+    return outOfRange("maximum_indices", bad, maximumIndices[bad], numWeights)
+        .prefixed("embedding_bag_max_backward");
+  }
+  SegmentSources in;
+  in.values = gradOutput;
+  in.type = type;
+  in.rowStride = 1;
+  Skip skip;
+  skip.negative = true;
+  return scatterReduce(destination.data(), n, numWeights * dim, skip, in,
+                       SegmentOutput{gradWeight, 1, 1, SegmentInit::kZero}, threads)
+      .prefixed("embedding_bag_max_backward");
 }
 
 Status histcRange(double min, double max, bool any, double low, double high, double* lo,

@@ -46,6 +46,33 @@ Status checkHistc(const void* out, DataType type, const void* input, int64_t n, 
 Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType type,
                  int64_t planes, int64_t inputs, int64_t outputs);
 
+// embedding_bag's weight gradient in mode max: gradWeight [numWeights, dim] from gradOutput
+// [bags, dim]; (b, c) adds gradOutput[b][c] into row maximumIndices[b][c], column c, where bag b
+// is not empty (bagSize[b] > 0) and the row is neither negative nor paddingIdx (< 0: none);
+// sources in row-major order, each destination's from zero in the accumulation type, rounded
+// once. A taken row >= numWeights is refused by its position.
+Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType type,
+                               const void* gradOutput, int64_t bags, int64_t dim,
+                               const int64_t* maximumIndices, const int64_t* bagSize,
+                               int64_t paddingIdx, int threads);
+Status checkEmbeddingBagMax(const void* gradWeight, int64_t numWeights, DataType type,
+                            const void* gradOutput, int64_t bags, int64_t dim,
+                            const int64_t* maximumIndices, const int64_t* bagSize);
+
+// Source t = (b, c): its destination row · dim + c, or -1 where not taken; a taken row outside
+// the weights goes to *bad.
+struct BagMaxBody {
+  const int64_t *rows, *bagSize;
+  int64_t dim, numWeights, paddingIdx;
+  int64_t *destination, *bad;
+  DETCOLL_HOST_DEVICE void operator()(int64_t t) const {
+    const int64_t r = rows[t];
+    const bool taken = bagSize[t / dim] > 0 && r >= 0 && r != paddingIdx;
+    if (taken && r >= numWeights) resample::recordFirst(bad, t);
+    destination[t] = taken && r < numWeights ? r * dim + t % dim : -1;
+  }
+};
+
 // histc of n values into out [bins], in the dtype (floating point).
 Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
              double max);

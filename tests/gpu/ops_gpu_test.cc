@@ -298,7 +298,7 @@ TEST(OpsGpu, PaddingAndLinearUpsamplingBackward) {
   }
 }
 
-TEST(OpsGpu, WritesHistcAndBicubicBackward) {
+TEST(OpsGpu, WritesEmbeddingBagMaxHistcAndBicubicBackward) {
   DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
   const int64_t planes = 24, inputs = 14 * 14, outputs = 28 * 28;
   const std::vector<int64_t> indices = opIndices(planes * inputs, 0, outputs / 3, 91);
@@ -312,6 +312,20 @@ TEST(OpsGpu, WritesHistcAndBicubicBackward) {
                                   outputs, nullptr)
                     .isOk());
     expectSame(dOut.bytes(), cpu, t, "max_unpool");
+  }
+  const std::vector<int64_t> rows = opIndices(4000 * 64, -1, 50, 95);
+  const std::vector<int64_t> sizes = opIndices(4000, 0, 3, 96);
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes grad = opValues(t, 4000 * 64, 97);
+    Bytes cpu(50 * 64 * dataTypeSize(t));
+    ASSERT_TRUE(embeddingBagMaxBackward(cpu.data(), 50, t, grad.data(), 4000, 64, rows.data(),
+                                        sizes.data(), 7, 0)
+                    .isOk());
+    Device dGrad(grad), dRows(rows), dSizes(sizes), dOut(Bytes(cpu.size(), 0xab));
+    ASSERT_TRUE(device::embeddingBagMaxBackward(dOut.get(), 50, t, dGrad.get(), 4000, 64,
+                                                dRows.ints(), dSizes.ints(), 7, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "embedding_bag max backward");
   }
   for (DataType t : testing::kFloatTypes) {
     const Bytes x = opValues(t, 200000, 93);

@@ -123,6 +123,15 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
   return bodies::histc(e, out, type, input, n, bins, min, max);
 }
 
+Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType type,
+                               const void* gradOutput, int64_t bags, int64_t dim,
+                               const int64_t* maximumIndices, const int64_t* bagSize,
+                               int64_t paddingIdx) {
+  SerialExecutor e;
+  return bodies::embeddingBagMaxBackward(e, gradWeight, numWeights, type, gradOutput, bags, dim,
+                                         maximumIndices, bagSize, paddingIdx);
+}
+
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights) {

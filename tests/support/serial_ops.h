@@ -64,6 +64,10 @@ Status maxUnpool(void* out, const void* input, const int64_t* indices, DataType 
                  int64_t planes, int64_t inputs, int64_t outputs);
 Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bins, double min,
              double max);
+Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType type,
+                               const void* gradOutput, int64_t bags, int64_t dim,
+                               const int64_t* maximumIndices, const int64_t* bagSize,
+                               int64_t paddingIdx);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

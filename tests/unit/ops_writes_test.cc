@@ -40,6 +40,12 @@ void expectSameError(const Status& serial, const Status& reference, const std::s
   EXPECT_EQ(serial.message(), reference.message()) << words;
 }
 
+std::vector<double> asDoubles(const Bytes& data, DataType t) {
+  std::vector<double> v(data.size() / dataTypeSize(t));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = testing::elementAsDouble(data.data(), i, t);
+  return v;
+}
+
 TEST(WriteLast, TheLastSourceOfEachRowStaysInEveryDtype) {
   const int64_t rows = 40, width = 3, n = 500;  // heavy repetition, some rows never named
   const std::vector<int64_t> destination = opIndices(n, 0, rows - 5, 81);
@@ -118,6 +124,44 @@ TEST(MaxUnpool, EachPlaneWritesItsLastValuePerPositionAndZeroElsewhere) {
       "max_unpool: indices[41] = -1 is out of range [0, 25)");
 }
 
+TEST(EmbeddingBagMaxBackward, TakenMaximaAddInRowMajorOrder) {
+  const int64_t numWeights = 9, bags = 40, dim = 5, padding = 4;
+  std::vector<int64_t> rows = opIndices(bags * dim, -1, numWeights, 95);  // -1: an empty bag's
+  std::vector<int64_t> size = opIndices(bags, 0, 4, 96);                  // some bags empty
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes grad = opValues(t, bags * dim, 97);
+    Bytes reference(numWeights * dim * dataTypeSize(t), 0xab), serial(reference.size(), 0xcd);
+    ASSERT_TRUE(embeddingBagMaxBackward(reference.data(), numWeights, t, grad.data(), bags, dim,
+                                        rows.data(), size.data(), padding, 2)
+                    .isOk());
+    ASSERT_TRUE(testing::serial::embeddingBagMaxBackward(serial.data(), numWeights, t, grad.data(),
+                                                         bags, dim, rows.data(), size.data(),
+                                                         padding)
+                    .isOk());
+    expectSame(serial, reference, t, "the serial run", "the reference", "embedding_bag max");
+    if (t != DataType::kFloat64) continue;
+    std::vector<double> g(bags * dim), expected(numWeights * dim, 0.0);
+    std::memcpy(g.data(), grad.data(), grad.size());
+    for (int64_t b = 0; b < bags; ++b) {
+      for (int64_t c = 0; c < dim; ++c) {
+        const int64_t r = rows[b * dim + c];
+        if (size[b] > 0 && r >= 0 && r != padding) expected[r * dim + c] += g[b * dim + c];
+      }
+    }
+    EXPECT_EQ(asDoubles(reference, t), expected);
+  }
+  rows[57] = numWeights;  // taken (bag 11 is not empty below) and outside the weights
+  size[11] = 2;
+  Bytes a(numWeights * dim * 4), b(a.size());
+  const Bytes grad(bags * dim * 4, 0);
+  expectSameError(testing::serial::embeddingBagMaxBackward(a.data(), numWeights, DataType::kFloat32,
+                                                           grad.data(), bags, dim, rows.data(),
+                                                           size.data(), -1),
+                  embeddingBagMaxBackward(b.data(), numWeights, DataType::kFloat32, grad.data(),
+                                          bags, dim, rows.data(), size.data(), -1, 1),
+                  "embedding_bag_max_backward: maximum_indices[57] = 9 is out of range [0, 9)");
+}
+
 // histc's counts by a loop: x's bin floor((x - lo) * bins / (hi - lo)) in W, lo and hi rounded to
 // the dtype first; wide: in double.
 template <typename W>
@@ -131,12 +175,6 @@ std::vector<double> histcLoop(const std::vector<double>& x, int64_t bins, double
     counts[std::min<int64_t>(k, bins - 1)] += 1;
   }
   return counts;
-}
-
-std::vector<double> asDoubles(const Bytes& data, DataType t) {
-  std::vector<double> v(data.size() / dataTypeSize(t));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = testing::elementAsDouble(data.data(), i, t);
-  return v;
 }
 
 double inDtype(double v, DataType t) {

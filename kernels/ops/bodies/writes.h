@@ -169,6 +169,46 @@ Status maxUnpool(E& e, void* out, const void* input, const int64_t* indices, Dat
       .prefixed(op);
 }
 
+template <typename E>
+Status embeddingBagMaxBackward(E& e, void* gradWeight, int64_t numWeights, DataType type,
+                               const void* gradOutput, int64_t bags, int64_t dim,
+                               const int64_t* maximumIndices, const int64_t* bagSize,
+                               int64_t paddingIdx) {
+  const char* op = "embedding_bag_max_backward";
+  DETCOLL_RETURN_IF_ERROR(checkEmbeddingBagMax(gradWeight, numWeights, type, gradOutput, bags, dim,
+                                               maximumIndices, bagSize));
+  const int64_t n = bags * dim;
+  int64_t* destination = e.template alloc<int64_t>(n);
+  int64_t failed = kNoFailure;
+  DETCOLL_RETURN_IF_ERROR(runCheck(
+      e, n,
+      [&](int64_t* bad) {
+        return BagMaxBody{maximumIndices, bagSize, dim, numWeights, paddingIdx, destination, bad};
+      },
+      &failed));
+  if (failed != kNoFailure) {
+    return outOfRange("maximum_indices", failed, readIndex(e, maximumIndices, failed), numWeights)
+        .prefixed(op);
+  }
+  SegmentJob job;
+  job.destination = destination;
+  job.n = n;
+  job.destinations = numWeights * dim;
+  job.skip.negative = true;
+  job.what = "maximum_indices";
+  job.values = gradOutput;
+  job.type = type;
+  job.out = gradWeight;
+  if (n == 0) {  // nothing taken: every weight's gradient is 0
+    visitWord(type, [&](auto tag) {
+      using U = typename decltype(tag)::type;
+      e.launch(numWeights * dim, ZeroBody<U>{static_cast<U*>(gradWeight)});
+    });
+    return e.status();
+  }
+  return segments(e, job).prefixed(op);
+}
+
 template <typename E, typename T, typename W>
 Status histcCount(E& e, void* out, const T* x, int64_t n, int64_t bins, W lo, W hi) {
   int64_t* position = e.template alloc<int64_t>(n);

@@ -249,14 +249,10 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
     if bag_size.numel() != bags:
         raise detcoll.InvalidArgumentError(
             f"{op}: bag_size has {bag_size.numel()} elements for {bags} bags")
-    rows = maximum_indices
-    taken = (bag_size.reshape(-1, 1) > 0) & (rows >= 0) & (rows != int(padding_idx))
-    if bool(((rows >= num_weights) & taken).any()):
-        raise detcoll.InvalidArgumentError(
-            f"{op}: maximum_indices name a row outside the {num_weights} weights")
-    linear = rows * dim + torch.arange(dim, device=g.device)
-    keep = taken.reshape(-1).nonzero().reshape(-1)
-    out = torch.zeros(num_weights * dim, dtype=g.dtype, device=g.device)
-    ops.index_add_(out, 0, linear.reshape(-1).index_select(0, keep),
-                   g.reshape(-1).index_select(0, keep))
-    return out.reshape(num_weights, dim)
+    # detcoll_embedding_bag_max_backward (kernels/ops/writes.h).
+    out = torch.empty(num_weights, dim, dtype=g.dtype, device=g.device)
+    _detcoll.embedding_bag_max_backward(
+        out.data_ptr(), num_weights, DTYPES[g.dtype], g.contiguous().data_ptr(), bags, dim,
+        maximum_indices.contiguous().data_ptr(), bag_size.contiguous().data_ptr(),
+        int(padding_idx))
+    return out
