@@ -410,6 +410,15 @@ DETCOLL_API detcoll_status_t detcoll_embedding_bag_max_backward(
     void* grad_weight, int64_t num_weights, detcoll_dtype_t dtype, const void* grad_output,
     int64_t bags, int64_t dim, const int64_t* maximum_indices, const int64_t* bag_size,
     int64_t padding_idx);
+/* tf.sparse.sparse_dense_matmul: out [out_rows, columns] = A · dense for A's nnz entries
+ * (rows[k], cols[k], values[k]) and dense [dense_rows, columns]; each output row adds
+ * values[k] x dense[cols[k]] over its entries in increasing k, from zero in the accumulation type,
+ * rounded once. Its gradients: the dense operand's is this call with rows and cols exchanged. */
+DETCOLL_API detcoll_status_t detcoll_sparse_dense_matmul(void* out, int64_t out_rows,
+                                                         detcoll_dtype_t dtype, const int64_t* rows,
+                                                         const int64_t* cols, const void* values,
+                                                         int64_t nnz, const void* dense,
+                                                         int64_t dense_rows, int64_t columns);
 /* torch.histc(input, bins, min, max) of n values into out [bins], both of dtype (floating
  * point): min == max takes the input's range. Each value's bin in torch 2's formula, counted
  * exactly (README, "Deterministic ops"). */

@@ -1,5 +1,6 @@
 // The C entries of bicubic upsampling's backward (kernels/ops/cubic.h) and of the writes through
-// indices, embedding_bag's max gradient and histc (kernels/ops/writes.h). The same placement and
+// indices, embedding_bag's max gradient and histc (kernels/ops/writes.h), and sparse x dense
+// (kernels/ops/scatter.h). The same placement and
 // run rules as detcoll_ops.cc (ops_glue.h).
 
 #include <string>
@@ -123,6 +124,32 @@ detcoll_status_t detcoll_embedding_bag_max_backward(void* grad_weight, int64_t n
                        grad_weight, num_weights, type, grad_output, bags, dim, maximum_indices,
                        bag_size, padding_idx, g_opsThreads);
                  });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_sparse_dense_matmul(void* out, int64_t out_rows, detcoll_dtype_t dtype,
+                                             const int64_t* rows, const int64_t* cols,
+                                             const void* values, int64_t nnz, const void* dense,
+                                             int64_t dense_rows, int64_t columns) {
+  const char* op = "sparse_dense_matmul";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(
+        op, {{out, "out"}, {rows, "rows"}, {cols, "cols"}, {values, "values"}, {dense, "dense"}},
+        &device);
+  }
+  if (status.isOk()) {
+    status =
+        run(op, device,
+            DETCOLL_ON_DEVICE(sparseDenseMatmul(out, out_rows, type, rows, cols, values, nnz, dense,
+                                                dense_rows, columns, stream)),
+            [&] {
+              return kernels::ops::sparseDenseMatmul(out, out_rows, type, rows, cols, values, nnz,
+                                                     dense, dense_rows, columns, g_opsThreads);
+            });
   }
   return finish(status);
 }

@@ -174,6 +174,16 @@ void defineOps(py::module_& m) {
                 static_cast<const int64_t*>(ptr(bagSize)), paddingIdx);
           });
         });
+  m.def("sparse_dense_matmul", [](uintptr_t out, int64_t outRows, int dtype, uintptr_t rows,
+                                  uintptr_t cols, uintptr_t values, int64_t nnz, uintptr_t dense,
+                                  int64_t denseRows, int64_t columns) {
+    blocking([&] {
+      return detcoll_sparse_dense_matmul(ptr(out), outRows, static_cast<detcoll_dtype_t>(dtype),
+                                         static_cast<const int64_t*>(ptr(rows)),
+                                         static_cast<const int64_t*>(ptr(cols)), ptr(values), nnz,
+                                         ptr(dense), denseRows, columns);
+    });
+  });
   m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
                     int dtype) {
     blocking([&] {

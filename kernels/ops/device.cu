@@ -59,6 +59,14 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
   return bodies::bincount(e, out, outLength, type, input, count, weights, minlength);
 }
 
+Status sparseDenseMatmul(void* out, int64_t outRows, DataType type, const int64_t* rows,
+                         const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                         int64_t denseRows, int64_t columns, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::sparseDenseMatmul(e, out, outRows, type, rows, cols, values, nnz, dense, denseRows,
+                                   columns);
+}
+
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights,

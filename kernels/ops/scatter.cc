@@ -237,6 +237,44 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
       .prefixed(op);
 }
 
+Status checkSparseDense(void* out, int64_t outRows, DataType type, const int64_t* rows,
+                        const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                        int64_t denseRows, int64_t columns) {
+  const std::string op = "sparse_dense_matmul: ";
+  if (!isFloatingPoint(type)) {
+    return Status::invalidArgument(op + "dtype " + dataTypeName(type) + "; floating point only");
+  }
+  if (outRows < 0 || nnz < 0 || denseRows < 0 || columns < 0) {
+    return Status::invalidArgument(op + "negative size");
+  }
+  if ((outRows * columns > 0 && out == nullptr) ||
+      (nnz > 0 && (rows == nullptr || cols == nullptr || values == nullptr)) ||
+      (nnz > 0 && denseRows * columns > 0 && dense == nullptr)) {
+    return Status::invalidArgument(op + "out, rows, cols, values or dense is null");
+  }
+  return Status::ok();
+}
+
+Status sparseDenseMatmul(void* out, int64_t outRows, DataType type, const int64_t* rows,
+                         const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                         int64_t denseRows, int64_t columns, int threads) {
+  const char* op = "sparse_dense_matmul";
+  DETCOLL_RETURN_IF_ERROR(
+      checkSparseDense(out, outRows, type, rows, cols, values, nnz, dense, denseRows, columns));
+  DETCOLL_RETURN_IF_ERROR(checkSegments(rows, nnz, outRows, "rows").prefixed(op));
+  DETCOLL_RETURN_IF_ERROR(checkSegments(cols, nnz, denseRows, "cols").prefixed(op));
+  SegmentSources in;
+  in.values = dense;
+  in.type = type;
+  in.rowStride = columns;
+  in.rows = cols;
+  in.weights = values;
+  in.weightType = type;
+  return scatterReduce(rows, nnz, outRows, Skip{}, in,
+                       SegmentOutput{out, columns, columns, SegmentInit::kZero}, threads)
+      .prefixed(op);
+}
+
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights, int threads) {

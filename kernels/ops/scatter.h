@@ -74,4 +74,15 @@ Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType typ
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights, int threads);
 
+// tf.sparse.sparse_dense_matmul: out [outRows, columns] = A · dense, A the nnz entries (rows[k],
+// cols[k], values[k]) and dense [denseRows, columns]; out[r][j] = the sum, over the k with rows[k]
+// = r in increasing k, of values[k] · dense[cols[k]][j], from 0, in the accumulation type
+// (values converted to it exactly), rounded once. Floating-point dtypes; values in the dtype.
+Status sparseDenseMatmul(void* out, int64_t outRows, DataType type, const int64_t* rows,
+                         const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                         int64_t denseRows, int64_t columns, int threads);
+Status checkSparseDense(void* out, int64_t outRows, DataType type, const int64_t* rows,
+                        const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                        int64_t denseRows, int64_t columns);
+
 }  // namespace detcoll::kernels::ops

@@ -327,6 +327,21 @@ TEST(OpsGpu, WritesEmbeddingBagMaxHistcAndBicubicBackward) {
                     .isOk());
     expectSame(dOut.bytes(), cpu, t, "embedding_bag max backward");
   }
+  const std::vector<int64_t> spRows = opIndices(300000, 0, 900, 102);
+  const std::vector<int64_t> spCols = opIndices(300000, 0, 700, 103);
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes values = opValues(t, 300000, 104), dense = opValues(t, 700 * 48, 105);
+    Bytes cpu(900 * 48 * dataTypeSize(t));
+    ASSERT_TRUE(sparseDenseMatmul(cpu.data(), 900, t, spRows.data(), spCols.data(), values.data(),
+                                  300000, dense.data(), 700, 48, 0)
+                    .isOk());
+    Device dRows(spRows), dCols(spCols), dValues(values), dDense(dense),
+        dOut(Bytes(cpu.size(), 0xab));
+    ASSERT_TRUE(device::sparseDenseMatmul(dOut.get(), 900, t, dRows.ints(), dCols.ints(),
+                                          dValues.get(), 300000, dDense.get(), 700, 48, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "sparse x dense");
+  }
   for (DataType t : testing::kFloatTypes) {
     const Bytes x = opValues(t, 200000, 93);
     for (auto [lo, hi] : {std::pair<double, double>{0, 0}, {-1e3, 2.5e3}}) {

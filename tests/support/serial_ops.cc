@@ -132,6 +132,14 @@ Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType ty
                                          maximumIndices, bagSize, paddingIdx);
 }
 
+Status sparseDenseMatmul(void* out, int64_t outRows, DataType type, const int64_t* rows,
+                         const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                         int64_t denseRows, int64_t columns) {
+  SerialExecutor e;
+  return bodies::sparseDenseMatmul(e, out, outRows, type, rows, cols, values, nnz, dense, denseRows,
+                                   columns);
+}
+
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights) {

@@ -51,6 +51,9 @@ Status adaptiveAvgPoolBackward(void* gradInput, const void* gradOutput, DataType
                                const Shape& outputSpatial);
 Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* indices,
                        DataType type, int64_t planes, int64_t inner, int64_t outputs);
+Status sparseDenseMatmul(void* out, int64_t outRows, DataType type, const int64_t* rows,
+                         const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                         int64_t denseRows, int64_t columns);
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights);

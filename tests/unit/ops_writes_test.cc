@@ -1,8 +1,9 @@
-// kernels/ops/writes.h and cubic.h: writeLast, max_unpool, histc and bicubic upsampling's
-// backward against loops written here (the last source found by scanning backwards; each value's
-// bin in the stated arithmetic; each output's 16 products added in output order), and the serial
-// run of their device formulation (bodies/writes.h, bodies/taps.h) against the CPU reference:
-// equal bits for every dtype, the same words for the same bad input.
+// kernels/ops/writes.h, cubic.h and scatter.h's sparse x dense: writeLast, max_unpool,
+// embedding_bag's max gradient, sparse_dense_matmul, histc and bicubic upsampling's backward
+// against loops written here (the last source found by scanning backwards; sums in source order;
+// each value's bin in the stated arithmetic; each output's 16 products in output order), and the
+// serial run of their device formulation (bodies/writes.h, bodies/taps.h) against the CPU
+// reference: equal bits for every dtype, the same words for the same bad input.
 
 #include "kernels/ops/writes.h"
 
@@ -17,6 +18,7 @@
 
 #include "common/half.h"
 #include "kernels/ops/cubic.h"
+#include "kernels/ops/scatter.h"
 #include "kernels/ops/taps.h"
 #include "tests/support/op_data.h"
 #include "tests/support/serial_ops.h"
@@ -160,6 +162,53 @@ TEST(EmbeddingBagMaxBackward, TakenMaximaAddInRowMajorOrder) {
                   embeddingBagMaxBackward(b.data(), numWeights, DataType::kFloat32, grad.data(),
                                           bags, dim, rows.data(), size.data(), -1, 1),
                   "embedding_bag_max_backward: maximum_indices[57] = 9 is out of range [0, 9)");
+}
+
+TEST(SparseDenseMatmul, EachRowAddsItsEntriesInOrder) {
+  const int64_t outRows = 7, denseRows = 11, columns = 6, nnz = 300;     // rows repeat heavily
+  const std::vector<int64_t> rows = opIndices(nnz, 0, outRows - 1, 98);  // the last row empty
+  const std::vector<int64_t> cols = opIndices(nnz, 0, denseRows, 99);
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes values = opValues(t, nnz, 100), dense = opValues(t, denseRows * columns, 101);
+    Bytes reference(outRows * columns * dataTypeSize(t), 0xab), serial(reference.size(), 0xcd);
+    ASSERT_TRUE(sparseDenseMatmul(reference.data(), outRows, t, rows.data(), cols.data(),
+                                  values.data(), nnz, dense.data(), denseRows, columns, 2)
+                    .isOk());
+    ASSERT_TRUE(testing::serial::sparseDenseMatmul(serial.data(), outRows, t, rows.data(),
+                                                   cols.data(), values.data(), nnz, dense.data(),
+                                                   denseRows, columns)
+                    .isOk());
+    expectSame(serial, reference, t, "the serial run", "the reference", "sparse x dense");
+    if (t != DataType::kFloat64) continue;
+    const std::vector<double> v = asDoubles(values, t), d = asDoubles(dense, t);
+    std::vector<double> expected(outRows * columns, 0.0);
+    for (int64_t k = 0; k < nnz; ++k) {
+      for (int64_t j = 0; j < columns; ++j) {
+        expected[rows[k] * columns + j] += v[k] * d[cols[k] * columns + j];
+      }
+    }
+    EXPECT_EQ(asDoubles(reference, t), expected);
+  }
+  std::vector<int64_t> badCols = cols;
+  badCols[123] = denseRows;
+  Bytes a(outRows * columns * 4), b(a.size());
+  const Bytes values(nnz * 4, 0), dense(denseRows * columns * 4, 0);
+  expectSameError(
+      testing::serial::sparseDenseMatmul(a.data(), outRows, DataType::kFloat32, rows.data(),
+                                         badCols.data(), values.data(), nnz, dense.data(),
+                                         denseRows, columns),
+      sparseDenseMatmul(b.data(), outRows, DataType::kFloat32, rows.data(), badCols.data(),
+                        values.data(), nnz, dense.data(), denseRows, columns, 1),
+      "sparse_dense_matmul: cols[123] = 11 is out of range [0, 11)");
+  std::vector<int64_t> badRows = rows;
+  badRows[5] = -3;
+  expectSameError(
+      testing::serial::sparseDenseMatmul(a.data(), outRows, DataType::kFloat32, badRows.data(),
+                                         badCols.data(), values.data(), nnz, dense.data(),
+                                         denseRows, columns),
+      sparseDenseMatmul(b.data(), outRows, DataType::kFloat32, badRows.data(), badCols.data(),
+                        values.data(), nnz, dense.data(), denseRows, columns, 1),
+      "sparse_dense_matmul: rows[5] = -3 is out of range [0, 7)");
 }
 
 // histc's counts by a loop: x's bin floor((x - lo) * bins / (hi - lo)) in W, lo and hi rounded to

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "common/dtype.h"
 #include "common/host_device.h"
@@ -20,6 +21,12 @@
 namespace detcoll::kernels::ops::bodies {
 
 constexpr int kMaxRank = 16;
+
+template <typename T>
+struct FillZeroBody {
+  T* out;
+  DETCOLL_HOST_DEVICE void operator()(int64_t i) const { out[i] = T{}; }
+};
 
 // bincount's counts: every source is the int64 1.
 struct FillOneBody {
@@ -173,6 +180,53 @@ Status indexAdd(E& e, void* self, const Shape& selfShape, DataType type, int dim
   job.valuesOuter = indexCount * inner;
   job.outOuter = m * inner;
   return segments(e, job).prefixed("index_add");
+}
+
+template <typename E>
+Status sparseDenseMatmul(E& e, void* out, int64_t outRows, DataType type, const int64_t* rows,
+                         const int64_t* cols, const void* values, int64_t nnz, const void* dense,
+                         int64_t denseRows, int64_t columns) {
+  const char* op = "sparse_dense_matmul";
+  DETCOLL_RETURN_IF_ERROR(
+      checkSparseDense(out, outRows, type, rows, cols, values, nnz, dense, denseRows, columns));
+  // The rows first, then the columns, as the CPU reference checks them.
+  for (auto [array, what, m] :
+       {std::tuple<const int64_t*, const char*, int64_t>{rows, "rows", outRows},
+        {cols, "cols", denseRows}}) {
+    int64_t failed = kNoFailure;
+    if (nnz > 0) {
+      DETCOLL_RETURN_IF_ERROR(runCheck(
+          e, nnz,
+          [&](int64_t* bad) {
+            return RangeCheckBody{array, m, Skip{}, bad};
+          },
+          &failed));
+    }
+    if (failed != kNoFailure) {
+      return outOfRange(what, failed, readIndex(e, array, failed), m).prefixed(op);
+    }
+  }
+  SegmentJob job;
+  job.destination = rows;
+  job.n = nnz;
+  job.destinations = outRows;
+  job.what = "rows";
+  job.values = dense;
+  job.type = type;
+  job.rowStride = columns;
+  job.rows = cols;
+  job.weights = nnz > 0 ? widen(e, values, type, nnz) : nullptr;
+  job.out = out;
+  job.outRowStride = columns;
+  job.columns = columns;
+  if (nnz == 0) {  // no sources: every output is 0
+    kernels::visitType(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      e.launch(outRows * columns, FillZeroBody<T>{static_cast<T*>(out)});
+    });
+    return e.status();
+  }
+  return segments(e, job).prefixed(op);
 }
 
 template <typename E>

@@ -7,7 +7,7 @@ times its bilinear weights into the four pixels it read (top-left, top-right, bo
 bottom-right), in the order of the boxes, rows, columns and channels, through detcoll's
 index_add; the boxes' gradient sums each box's terms over positions and channels with detcoll's
 fixed tree (ops.sum). sparse_dense_matmul: row r of the result adds value × dense[column] for the
-nonzeros of row r in the order they are given, through weighted_scatter; the dense operand's gradient is
+nonzeros of row r in the order they are given, through detcoll_sparse_dense_matmul; the dense operand's gradient is
 the same product with the sparse matrix transposed (README, "Deterministic ops").
 """
 
@@ -15,7 +15,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 import detcoll
+from detcoll import _detcoll
 from detcoll.torch import ops
+from detcoll.torch._tensors import DTYPES
 from detcoll.torch._op_args import _floating, _indices, _same_dtype
 
 
@@ -169,11 +171,14 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear",
 
 def _spmm(rows, cols, values, out_rows, dense):
     """Row r of the result: Σ values[k] × dense[cols[k]] over the nonzeros k of row r, in order:
-    weighted_scatter over the dense matrix's columns as planes."""
-    accumulation = torch.float64 if dense.dtype == torch.float64 else torch.float32
-    out = ops.weighted_scatter(dense.t().contiguous(), rows, out_rows, rows=cols,
-                               weights=values.to(accumulation))
-    return out.t().contiguous()
+    detcoll_sparse_dense_matmul (kernels/ops/scatter.h), the segment engine over dense's rows."""
+    dense = dense.contiguous()
+    out = torch.empty(out_rows, dense.shape[1], dtype=dense.dtype, device=dense.device)
+    _detcoll.sparse_dense_matmul(out.data_ptr(), out_rows, DTYPES[dense.dtype],
+                                 rows.contiguous().data_ptr(), cols.contiguous().data_ptr(),
+                                 values.contiguous().data_ptr(), rows.numel(), dense.data_ptr(),
+                                 dense.shape[0], dense.shape[1])
+    return out
 
 
 class _SparseDense(torch.autograd.Function):
