@@ -392,6 +392,16 @@ DETCOLL_API detcoll_status_t detcoll_max_pool_backward(void* grad_input, const v
 DETCOLL_API detcoll_status_t detcoll_upsample_bicubic2d_backward(
     void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes, int64_t in_h,
     int64_t in_w, int64_t out_h, int64_t out_w, int align_corners, double scale_h, double scale_w);
+/* The backward of grid_sample, 2 or 3 spatial dimensions: grad_input [batch, channels,
+ * *input_spatial] and grad_grid [batch, positions, spatial] (either NULL: not wanted) from
+ * grad_output [batch, channels, positions], input and grid [batch, positions, spatial] (x first).
+ * interpolation_mode 0 bilinear, 1 nearest, 2 bicubic (2-D); padding_mode 0 zeros, 1 border,
+ * 2 reflection. Each tap's weight x gradient added in position, then tap order; the grid's
+ * gradient per position, channels then taps in order (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_grid_sampler_backward(
+    void* grad_input, void* grad_grid, const void* grad_output, const void* input, const void* grid,
+    detcoll_dtype_t dtype, int64_t batch, int64_t channels, const int64_t* input_spatial,
+    int spatial, int64_t positions, int interpolation_mode, int padding_mode, int align_corners);
 /* Writes through indices, every dtype, bits copied. write_last: row destination[s] of out [rows,
  * width] becomes row s of values [n, width] for s = 0 .. n - 1, so the last s stays where
  * destinations repeat; rows none names are untouched (index_put_ and put_ without accumulate).

@@ -1,4 +1,5 @@
-// The C entries of bicubic upsampling's backward (kernels/ops/cubic.h) and of the writes through
+// The C entries of bicubic upsampling's and grid_sample's backward (kernels/ops/cubic.h,
+// grid_sample.h) and of the writes through
 // indices, embedding_bag's max gradient and histc (kernels/ops/writes.h), and sparse x dense
 // (kernels/ops/scatter.h). The same placement and
 // run rules as detcoll_ops.cc (ops_glue.h).
@@ -9,6 +10,7 @@
 #include "bindings/c/detcoll.h"
 #include "bindings/c/ops_glue.h"
 #include "kernels/ops/cubic.h"
+#include "kernels/ops/grid_sample.h"
 #include "kernels/ops/writes.h"
 
 using namespace detcoll;
@@ -150,6 +152,47 @@ detcoll_status_t detcoll_sparse_dense_matmul(void* out, int64_t out_rows, detcol
               return kernels::ops::sparseDenseMatmul(out, out_rows, type, rows, cols, values, nnz,
                                                      dense, dense_rows, columns, g_opsThreads);
             });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_grid_sampler_backward(
+    void* grad_input, void* grad_grid, const void* grad_output, const void* input, const void* grid,
+    detcoll_dtype_t dtype, int64_t batch, int64_t channels, const int64_t* input_spatial,
+    int spatial, int64_t positions, int interpolation_mode, int padding_mode, int align_corners) {
+  const char* op = "grid_sampler_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  kernels::ops::GridSample s;
+  if (status.isOk() && (spatial < 2 || spatial > 3 || input_spatial == nullptr)) {
+    status = Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with sizes");
+  }
+  if (status.isOk()) {
+    s.spatial = spatial;
+    s.batch = batch;
+    s.channels = channels;
+    for (int a = 0; a < spatial; ++a) s.sizes[a] = input_spatial[a];
+    s.positions = positions;
+    s.mode = static_cast<kernels::ops::GridMode>(interpolation_mode);
+    s.padding = static_cast<kernels::ops::GridPadding>(padding_mode);
+    s.alignCorners = align_corners != 0;
+    status = placeOf(op,
+                     {{grad_input, "grad_input"},
+                      {grad_grid, "grad_grid"},
+                      {grad_output, "grad_output"},
+                      {input, "input"},
+                      {grid, "grid"}},
+                     &device);
+  }
+  if (status.isOk()) {
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(gridSamplerBackward(grad_input, grad_grid, grad_output, input,
+                                                       grid, type, s, stream)),
+                 [&] {
+                   return kernels::ops::gridSamplerBackward(grad_input, grad_grid, grad_output,
+                                                            input, grid, type, s, g_opsThreads);
+                 });
   }
   return finish(status);
 }

@@ -184,6 +184,17 @@ void defineOps(py::module_& m) {
                                          ptr(dense), denseRows, columns);
     });
   });
+  m.def("grid_sampler_backward", [](uintptr_t gradInput, uintptr_t gradGrid, uintptr_t gradOutput,
+                                    uintptr_t input, uintptr_t grid, int dtype, int64_t batch,
+                                    int64_t channels, const std::vector<int64_t>& inputSpatial,
+                                    int64_t positions, int mode, int padding, bool alignCorners) {
+    blocking([&] {
+      return detcoll_grid_sampler_backward(
+          ptr(gradInput), ptr(gradGrid), ptr(gradOutput), ptr(input), ptr(grid),
+          static_cast<detcoll_dtype_t>(dtype), batch, channels, inputSpatial.data(),
+          static_cast<int>(inputSpatial.size()), positions, mode, padding, alignCorners ? 1 : 0);
+    });
+  });
   m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
                     int dtype) {
     blocking([&] {

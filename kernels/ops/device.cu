@@ -5,6 +5,7 @@
 
 #include "kernels/device_executor.cuh"
 #include "kernels/ops/bodies/axis_sums.h"
+#include "kernels/ops/bodies/grid_sample.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
 #include "kernels/ops/bodies/taps.h"
@@ -147,6 +148,14 @@ Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType ty
   DeviceExecutor e(stream);
   return bodies::embeddingBagMaxBackward(e, gradWeight, numWeights, type, gradOutput, bags, dim,
                                          maximumIndices, bagSize, paddingIdx);
+}
+
+Status gridSamplerBackward(void* gradInput, void* gradGrid, const void* gradOutput,
+                           const void* input, const void* gridValues, DataType type,
+                           const GridSample& s, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::gridSamplerBackward(e, gradInput, gradGrid, gradOutput, input, gridValues, type,
+                                     s);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,

@@ -18,6 +18,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "kernels/ops/cubic.h"
+#include "kernels/ops/grid_sample.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 #include "kernels/ops/taps.h"
@@ -76,6 +77,9 @@ Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType ty
                                const void* gradOutput, int64_t bags, int64_t dim,
                                const int64_t* maximumIndices, const int64_t* bagSize,
                                int64_t paddingIdx, void* stream);
+Status gridSamplerBackward(void* gradInput, void* gradGrid, const void* gradOutput,
+                           const void* input, const void* gridValues, DataType type,
+                           const GridSample& s, void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -28,39 +28,7 @@ namespace {
 using testing::opIndices;
 using testing::opValues;
 using Bytes = std::vector<uint8_t>;
-
-// A device copy of a host vector, freed at scope exit.
-class Device {
- public:
-  template <typename T>
-  explicit Device(const std::vector<T>& host) : bytes_(host.size() * sizeof(T)) {
-    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes_, 1)), cudaSuccess);
-    if (bytes_ > 0)
-      EXPECT_EQ(cudaMemcpy(p_, host.data(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Device() { cudaFree(p_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  void* get() const { return p_; }
-  int64_t* ints() const { return static_cast<int64_t*>(p_); }
-  Bytes bytes() const {
-    Bytes out(bytes_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (bytes_ > 0)
-      EXPECT_EQ(cudaMemcpy(out.data(), p_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-  std::vector<int64_t> int64s() const {
-    const Bytes b = bytes();
-    std::vector<int64_t> v(b.size() / 8);
-    std::memcpy(v.data(), b.data(), b.size());
-    return v;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
+using testing::Device;
 
 void expectSame(const Bytes& actual, const Bytes& expected, DataType type,
                 const std::string& what) {
@@ -295,73 +263,6 @@ TEST(OpsGpu, PaddingAndLinearUpsamplingBackward) {
                                         outputs, nullptr)
                     .isOk());
     expectSame(dMout.bytes(), mcpu, t, "max pool backward through indices");
-  }
-}
-
-TEST(OpsGpu, WritesEmbeddingBagMaxHistcAndBicubicBackward) {
-  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
-  const int64_t planes = 24, inputs = 14 * 14, outputs = 28 * 28;
-  const std::vector<int64_t> indices = opIndices(planes * inputs, 0, outputs / 3, 91);
-  for (DataType t : testing::kAllTypes) {
-    const Bytes in = opValues(t, planes * inputs, 92);
-    Bytes cpu(planes * outputs * dataTypeSize(t));
-    ASSERT_TRUE(
-        maxUnpool(cpu.data(), in.data(), indices.data(), t, planes, inputs, outputs).isOk());
-    Device dIn(in), dIndices(indices), dOut(Bytes(cpu.size(), 0xab));
-    ASSERT_TRUE(device::maxUnpool(dOut.get(), dIn.get(), dIndices.ints(), t, planes, inputs,
-                                  outputs, nullptr)
-                    .isOk());
-    expectSame(dOut.bytes(), cpu, t, "max_unpool");
-  }
-  const std::vector<int64_t> rows = opIndices(4000 * 64, -1, 50, 95);
-  const std::vector<int64_t> sizes = opIndices(4000, 0, 3, 96);
-  for (DataType t : testing::kFloatTypes) {
-    const Bytes grad = opValues(t, 4000 * 64, 97);
-    Bytes cpu(50 * 64 * dataTypeSize(t));
-    ASSERT_TRUE(embeddingBagMaxBackward(cpu.data(), 50, t, grad.data(), 4000, 64, rows.data(),
-                                        sizes.data(), 7, 0)
-                    .isOk());
-    Device dGrad(grad), dRows(rows), dSizes(sizes), dOut(Bytes(cpu.size(), 0xab));
-    ASSERT_TRUE(device::embeddingBagMaxBackward(dOut.get(), 50, t, dGrad.get(), 4000, 64,
-                                                dRows.ints(), dSizes.ints(), 7, nullptr)
-                    .isOk());
-    expectSame(dOut.bytes(), cpu, t, "embedding_bag max backward");
-  }
-  const std::vector<int64_t> spRows = opIndices(300000, 0, 900, 102);
-  const std::vector<int64_t> spCols = opIndices(300000, 0, 700, 103);
-  for (DataType t : testing::kFloatTypes) {
-    const Bytes values = opValues(t, 300000, 104), dense = opValues(t, 700 * 48, 105);
-    Bytes cpu(900 * 48 * dataTypeSize(t));
-    ASSERT_TRUE(sparseDenseMatmul(cpu.data(), 900, t, spRows.data(), spCols.data(), values.data(),
-                                  300000, dense.data(), 700, 48, 0)
-                    .isOk());
-    Device dRows(spRows), dCols(spCols), dValues(values), dDense(dense),
-        dOut(Bytes(cpu.size(), 0xab));
-    ASSERT_TRUE(device::sparseDenseMatmul(dOut.get(), 900, t, dRows.ints(), dCols.ints(),
-                                          dValues.get(), 300000, dDense.get(), 700, 48, nullptr)
-                    .isOk());
-    expectSame(dOut.bytes(), cpu, t, "sparse x dense");
-  }
-  for (DataType t : testing::kFloatTypes) {
-    const Bytes x = opValues(t, 200000, 93);
-    for (auto [lo, hi] : {std::pair<double, double>{0, 0}, {-1e3, 2.5e3}}) {
-      Bytes cpu(777 * dataTypeSize(t));
-      ASSERT_TRUE(histc(cpu.data(), t, x.data(), 200000, 777, lo, hi).isOk());
-      Device dX(x), dOut(Bytes(cpu.size()));
-      ASSERT_TRUE(device::histc(dOut.get(), t, dX.get(), 200000, 777, lo, hi, nullptr).isOk());
-      expectSame(dOut.bytes(), cpu, t, "histc");
-    }
-    const Shape small{14, 14}, large{31, 45};
-    const Bytes up = opValues(t, planes * 31 * 45, 94);
-    Bytes cpu(planes * 14 * 14 * dataTypeSize(t));
-    ASSERT_TRUE(
-        upsampleBicubicBackward(cpu.data(), up.data(), t, planes, small, large, false, {}, 0)
-            .isOk());
-    Device dUp(up), dOut(Bytes(cpu.size()));
-    ASSERT_TRUE(device::upsampleBicubicBackward(dOut.get(), dUp.get(), t, planes, small, large,
-                                                false, {}, nullptr)
-                    .isOk());
-    expectSame(dOut.bytes(), cpu, t, "bicubic backward");
   }
 }
 

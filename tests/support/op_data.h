@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/half.h"
 #include "tests/support/reference.h"
 
 namespace detcoll::testing {
@@ -24,6 +25,22 @@ inline std::vector<float> wideFloats(size_t n, std::mt19937_64& g) {
   std::vector<float> v(n);
   std::memcpy(v.data(), bytes.data(), n * sizeof(float));
   return v;
+}
+
+// Each value rounded to the dtype (through float for float16 and bfloat16).
+inline std::vector<uint8_t> fromDoubles(const std::vector<double>& x, DataType t) {
+  std::vector<uint8_t> out(x.size() * dataTypeSize(t));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float f = static_cast<float>(x[i]);
+    const Half h = floatToHalf(f);
+    const BFloat16 b = floatToBFloat16(f);
+    const void* from = t == DataType::kFloat64   ? static_cast<const void*>(&x[i])
+                       : t == DataType::kFloat32 ? static_cast<const void*>(&f)
+                       : t == DataType::kFloat16 ? static_cast<const void*>(&h)
+                                                 : static_cast<const void*>(&b);
+    std::memcpy(out.data() + i * dataTypeSize(t), from, dataTypeSize(t));
+  }
+  return out;
 }
 
 // n indices drawn uniformly from [lo, hi).

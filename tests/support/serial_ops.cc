@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/ops/bodies/axis_sums.h"
+#include "kernels/ops/bodies/grid_sample.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
 #include "kernels/ops/bodies/taps.h"
@@ -138,6 +139,14 @@ Status sparseDenseMatmul(void* out, int64_t outRows, DataType type, const int64_
   SerialExecutor e;
   return bodies::sparseDenseMatmul(e, out, outRows, type, rows, cols, values, nnz, dense, denseRows,
                                    columns);
+}
+
+Status gridSamplerBackward(void* gradInput, void* gradGrid, const void* gradOutput,
+                           const void* input, const void* gridValues, DataType type,
+                           const kernels::ops::GridSample& s) {
+  SerialExecutor e;
+  return bodies::gridSamplerBackward(e, gradInput, gradGrid, gradOutput, input, gridValues, type,
+                                     s);
 }
 
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,

@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/ops/grid_sample.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 #include "kernels/ops/taps.h"
@@ -71,6 +72,9 @@ Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType ty
                                const void* gradOutput, int64_t bags, int64_t dim,
                                const int64_t* maximumIndices, const int64_t* bagSize,
                                int64_t paddingIdx);
+Status gridSamplerBackward(void* gradInput, void* gradGrid, const void* gradOutput,
+                           const void* input, const void* gridValues, DataType type,
+                           const kernels::ops::GridSample& s);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -240,21 +240,6 @@ double inDtype(double v, DataType t) {
   }
 }
 
-Bytes fromDoubles(const std::vector<double>& x, DataType t) {
-  Bytes out(x.size() * dataTypeSize(t));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float f = static_cast<float>(x[i]);
-    const Half h = floatToHalf(f);
-    const BFloat16 b = floatToBFloat16(f);
-    const void* from = t == DataType::kFloat64   ? static_cast<const void*>(&x[i])
-                       : t == DataType::kFloat32 ? static_cast<const void*>(&f)
-                       : t == DataType::kFloat16 ? static_cast<const void*>(&h)
-                                                 : static_cast<const void*>(&b);
-    std::memcpy(out.data() + i * dataTypeSize(t), from, dataTypeSize(t));
-  }
-  return out;
-}
-
 TEST(Histc, BinsAgainstTheLoopInEveryFloatingDtype) {
   std::mt19937_64 g(86);
   for (DataType t : testing::kFloatTypes) {
@@ -264,7 +249,7 @@ TEST(Histc, BinsAgainstTheLoopInEveryFloatingDtype) {
     std::normal_distribution<double> normal(0.25, 1.7);
     for (int k = 0; k < 3000; ++k) x.push_back(normal(g));
     x.push_back(std::nan(""));
-    const Bytes input = fromDoubles(x, t);
+    const Bytes input = testing::fromDoubles(x, t);
     const std::vector<double> stored = asDoubles(input, t);
     for (auto [bins, lo, hi] : {std::tuple<int64_t, double, double>{7, -1.0, 2.0},
                                 {100, -2.5, 1.75},
@@ -301,7 +286,7 @@ TEST(Histc, BinsAgainstTheLoopInEveryFloatingDtype) {
 TEST(Histc, OverflowMovesEveryValueToDoubleAndBadRangesAreRefused) {
   // (x - lo) * bins overflows float32 for the largest value: every value is binned in double.
   const std::vector<double> x{-3e38, -1e38, 0.5, 1e38, 2.9e38, 3e38};
-  const Bytes input = fromDoubles(x, DataType::kFloat32);
+  const Bytes input = testing::fromDoubles(x, DataType::kFloat32);
   const std::vector<double> stored = asDoubles(input, DataType::kFloat32);
   const int64_t bins = 1000;
   Bytes reference(bins * 4), serial(bins * 4);
@@ -316,7 +301,7 @@ TEST(Histc, OverflowMovesEveryValueToDoubleAndBadRangesAreRefused) {
   EXPECT_NE(expected, histcLoop<float>(stored, bins, lo, hi));  // float32 would have lost them
   expectSame(serial, reference, DataType::kFloat32, "the serial run", "the reference", "overflow");
   // An all-NaN input takes [-1, 1]; an empty one counts nothing.
-  const Bytes nans = fromDoubles({std::nan(""), std::nan("")}, DataType::kFloat64);
+  const Bytes nans = testing::fromDoubles({std::nan(""), std::nan("")}, DataType::kFloat64);
   Bytes two(16);
   ASSERT_TRUE(histc(two.data(), DataType::kFloat64, nans.data(), 2, 2, 0, 0).isOk());
   EXPECT_EQ(asDoubles(two, DataType::kFloat64), (std::vector<double>{0, 0}));

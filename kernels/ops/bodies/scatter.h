@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <tuple>
 
 #include "common/dtype.h"
 #include "common/host_device.h"
@@ -190,20 +189,24 @@ Status sparseDenseMatmul(E& e, void* out, int64_t outRows, DataType type, const 
   DETCOLL_RETURN_IF_ERROR(
       checkSparseDense(out, outRows, type, rows, cols, values, nnz, dense, denseRows, columns));
   // The rows first, then the columns, as the CPU reference checks them.
-  for (auto [array, what, m] :
-       {std::tuple<const int64_t*, const char*, int64_t>{rows, "rows", outRows},
-        {cols, "cols", denseRows}}) {
+  const struct {
+    const int64_t* array;
+    const char* what;
+    int64_t limit;
+  } checks[] = {{rows, "rows", outRows}, {cols, "cols", denseRows}};
+  for (const auto& check : checks) {
     int64_t failed = kNoFailure;
     if (nnz > 0) {
       DETCOLL_RETURN_IF_ERROR(runCheck(
           e, nnz,
           [&](int64_t* bad) {
-            return RangeCheckBody{array, m, Skip{}, bad};
+            return RangeCheckBody{check.array, check.limit, Skip{}, bad};
           },
           &failed));
     }
     if (failed != kNoFailure) {
-      return outOfRange(what, failed, readIndex(e, array, failed), m).prefixed(op);
+      return outOfRange(check.what, failed, readIndex(e, check.array, failed), check.limit)
+          .prefixed(op);
     }
   }
   SegmentJob job;

@@ -220,7 +220,7 @@ def max_pool_backward(grad_output, input_size, indices, spatial=None):
             f"{op}: an index is outside the {inner} positions of a plane")
     # detcoll_max_pool_backward (kernels/ops/taps.h): plane p's index i adds into p · inner + i.
     out = torch.empty(input_size, dtype=g.dtype, device=g.device)
-    _detcoll.max_pool_backward(out.data_ptr(), g.data_ptr(), flat.contiguous().data_ptr(),
+    _detcoll.max_pool_backward(out.data_ptr(), g.data_ptr(), flat.data_ptr(),  # contiguous
                                DTYPES[g.dtype], planes, inner, flat.shape[1])
     return out
 
@@ -246,8 +246,8 @@ def max_unpool(input, indices, output_size):
     if x.numel() == 0 or inner == 0:
         return out.zero_()
     # detcoll_max_unpool (kernels/ops/writes.h): an index outside the plane is refused by name.
-    _detcoll.max_unpool(out.data_ptr(), x.contiguous().data_ptr(),
-                        indices.contiguous().data_ptr(), DTYPES[x.dtype], planes,
+    _detcoll.max_unpool(out.data_ptr(), x.data_ptr(),   # contiguous (_values, _indices)
+                        indices.data_ptr(), DTYPES[x.dtype], planes,
                         x.numel() // planes, inner)
     return out
 

@@ -201,7 +201,7 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 (torch's argument names)
             f"{op}: min {min!r} and max {max!r} must be numbers") from None
     # detcoll_histc (kernels/ops/writes.h): the range, the bins, the exact counts.
     out = torch.empty(bins, dtype=x.dtype, device=x.device)
-    _detcoll.histc(out.data_ptr(), bins, lo, hi, x.contiguous().data_ptr(), x.numel(),
+    _detcoll.histc(out.data_ptr(), bins, lo, hi, x.data_ptr(), x.numel(),  # contiguous
                    DTYPES[x.dtype])
     return out
 
@@ -252,7 +252,7 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
     # detcoll_embedding_bag_max_backward (kernels/ops/writes.h).
     out = torch.empty(num_weights, dim, dtype=g.dtype, device=g.device)
     _detcoll.embedding_bag_max_backward(
-        out.data_ptr(), num_weights, DTYPES[g.dtype], g.contiguous().data_ptr(), bags, dim,
-        maximum_indices.contiguous().data_ptr(), bag_size.contiguous().data_ptr(),
+        out.data_ptr(), num_weights, DTYPES[g.dtype], g.data_ptr(), bags, dim,
+        maximum_indices.data_ptr(), bag_size.data_ptr(),   # contiguous (_floating, _indices)
         int(padding_idx))
     return out

@@ -172,11 +172,12 @@ def crop_and_resize(image, boxes, box_indices, crop_size, method="bilinear",
 def _spmm(rows, cols, values, out_rows, dense):
     """Row r of the result: Σ values[k] × dense[cols[k]] over the nonzeros k of row r, in order:
     detcoll_sparse_dense_matmul (kernels/ops/scatter.h), the segment engine over dense's rows."""
-    dense = dense.contiguous()
+    # Held in locals: a temporary's memory could be freed before the call reads it.
+    dense, rows, cols, values = (t.contiguous() for t in (dense, rows, cols, values))
     out = torch.empty(out_rows, dense.shape[1], dtype=dense.dtype, device=dense.device)
     _detcoll.sparse_dense_matmul(out.data_ptr(), out_rows, DTYPES[dense.dtype],
-                                 rows.contiguous().data_ptr(), cols.contiguous().data_ptr(),
-                                 values.contiguous().data_ptr(), rows.numel(), dense.data_ptr(),
+                                 rows.data_ptr(), cols.data_ptr(),
+                                 values.data_ptr(), rows.numel(), dense.data_ptr(),
                                  dense.shape[0], dense.shape[1])
     return out
 

@@ -1,0 +1,150 @@
+// The ops added for torch's patched families on the GPU (kernels/ops/device.h) against the CPU
+// reference, bit for bit: max_unpool, embedding_bag's max gradient, sparse x dense, histc, bicubic
+// upsampling's and grid_sample's backward, every dtype, random wide-range values with heavy
+// duplication. Skips, saying so, when no GPU is present.
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/half.h"
+#include "kernels/ops/cubic.h"
+#include "kernels/ops/device.h"
+#include "kernels/ops/grid_sample.h"
+#include "kernels/ops/scatter.h"
+#include "kernels/ops/writes.h"
+#include "tests/gpu/gpu_test.h"
+#include "tests/support/op_data.h"
+#include "tests/support/reference.h"
+
+namespace detcoll::kernels::ops {
+namespace {
+
+using testing::Device;
+using testing::opIndices;
+using testing::opValues;
+using Bytes = std::vector<uint8_t>;
+
+void expectSame(const Bytes& actual, const Bytes& expected, DataType type,
+                const std::string& what) {
+  EXPECT_EQ(testing::bitsDiffer(actual, expected, type, "the GPU result", "the CPU reference"), "")
+      << what;
+}
+
+TEST(OpsGpu, WritesEmbeddingBagMaxHistcAndBicubicBackward) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  const int64_t planes = 24, inputs = 14 * 14, outputs = 28 * 28;
+  const std::vector<int64_t> indices = opIndices(planes * inputs, 0, outputs / 3, 91);
+  for (DataType t : testing::kAllTypes) {
+    const Bytes in = opValues(t, planes * inputs, 92);
+    Bytes cpu(planes * outputs * dataTypeSize(t));
+    ASSERT_TRUE(
+        maxUnpool(cpu.data(), in.data(), indices.data(), t, planes, inputs, outputs).isOk());
+    Device dIn(in), dIndices(indices), dOut(Bytes(cpu.size(), 0xab));
+    ASSERT_TRUE(device::maxUnpool(dOut.get(), dIn.get(), dIndices.ints(), t, planes, inputs,
+                                  outputs, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "max_unpool");
+  }
+  const std::vector<int64_t> rows = opIndices(4000 * 64, -1, 50, 95);
+  const std::vector<int64_t> sizes = opIndices(4000, 0, 3, 96);
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes grad = opValues(t, 4000 * 64, 97);
+    Bytes cpu(50 * 64 * dataTypeSize(t));
+    ASSERT_TRUE(embeddingBagMaxBackward(cpu.data(), 50, t, grad.data(), 4000, 64, rows.data(),
+                                        sizes.data(), 7, 0)
+                    .isOk());
+    Device dGrad(grad), dRows(rows), dSizes(sizes), dOut(Bytes(cpu.size(), 0xab));
+    ASSERT_TRUE(device::embeddingBagMaxBackward(dOut.get(), 50, t, dGrad.get(), 4000, 64,
+                                                dRows.ints(), dSizes.ints(), 7, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "embedding_bag max backward");
+  }
+  const std::vector<int64_t> spRows = opIndices(300000, 0, 900, 102);
+  const std::vector<int64_t> spCols = opIndices(300000, 0, 700, 103);
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes values = opValues(t, 300000, 104), dense = opValues(t, 700 * 48, 105);
+    Bytes cpu(900 * 48 * dataTypeSize(t));
+    ASSERT_TRUE(sparseDenseMatmul(cpu.data(), 900, t, spRows.data(), spCols.data(), values.data(),
+                                  300000, dense.data(), 700, 48, 0)
+                    .isOk());
+    Device dRows(spRows), dCols(spCols), dValues(values), dDense(dense),
+        dOut(Bytes(cpu.size(), 0xab));
+    ASSERT_TRUE(device::sparseDenseMatmul(dOut.get(), 900, t, dRows.ints(), dCols.ints(),
+                                          dValues.get(), 300000, dDense.get(), 700, 48, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "sparse x dense");
+  }
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes x = opValues(t, 200000, 93);
+    for (auto [lo, hi] : {std::pair<double, double>{0, 0}, {-1e3, 2.5e3}}) {
+      Bytes cpu(777 * dataTypeSize(t));
+      ASSERT_TRUE(histc(cpu.data(), t, x.data(), 200000, 777, lo, hi).isOk());
+      Device dX(x), dOut(Bytes(cpu.size()));
+      ASSERT_TRUE(device::histc(dOut.get(), t, dX.get(), 200000, 777, lo, hi, nullptr).isOk());
+      expectSame(dOut.bytes(), cpu, t, "histc");
+    }
+    const Shape small{14, 14}, large{31, 45};
+    const Bytes up = opValues(t, planes * 31 * 45, 94);
+    Bytes cpu(planes * 14 * 14 * dataTypeSize(t));
+    ASSERT_TRUE(
+        upsampleBicubicBackward(cpu.data(), up.data(), t, planes, small, large, false, {}, 0)
+            .isOk());
+    Device dUp(up), dOut(Bytes(cpu.size()));
+    ASSERT_TRUE(device::upsampleBicubicBackward(dOut.get(), dUp.get(), t, planes, small, large,
+                                                false, {}, nullptr)
+                    .isOk());
+    expectSame(dOut.bytes(), cpu, t, "bicubic backward");
+  }
+}
+
+TEST(OpsGpu, GridSampleBackwardEveryModeAndPadding) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  std::mt19937_64 gen(121);
+  std::uniform_real_distribution<float> u(-1.6f, 1.6f);
+  for (int spatial : {2, 3}) {
+    for (int mode = 0; mode < 3; ++mode) {
+      if (mode == 2 && spatial == 3) continue;
+      for (int padding = 0; padding < 3; ++padding) {
+        GridSample s;
+        s.spatial = spatial;
+        s.batch = 4;
+        s.channels = 16;
+        s.sizes[0] = spatial == 3 ? 8 : 24;
+        s.sizes[1] = spatial == 3 ? 12 : 31;
+        s.sizes[2] = spatial == 3 ? 10 : 1;
+        s.positions = spatial == 3 ? 9 * 11 * 13 : 40 * 37;
+        s.mode = static_cast<GridMode>(mode);
+        s.padding = static_cast<GridPadding>(padding);
+        s.alignCorners = padding == 1;
+        for (DataType t : testing::kFloatTypes) {
+          const size_t e = dataTypeSize(t);
+          const int64_t points = s.batch * s.positions * spatial;
+          std::vector<double> coordinates(points);
+          for (double& v : coordinates) v = u(gen);
+          const Bytes grid = testing::fromDoubles(coordinates, t);
+          const Bytes input = opValues(t, s.batch * s.channels * s.inner(), 122);
+          const Bytes up = opValues(t, s.batch * s.channels * s.positions, 123);
+          Bytes cpuInput(input.size()), cpuGrid(grid.size());
+          ASSERT_TRUE(gridSamplerBackward(cpuInput.data(), cpuGrid.data(), up.data(), input.data(),
+                                          grid.data(), t, s, 0)
+                          .isOk());
+          Device dInput(input), dGrid(grid), dUp(up), dGradInput(Bytes(input.size(), 0xab)),
+              dGradGrid(Bytes(grid.size(), 0xab));
+          ASSERT_TRUE(device::gridSamplerBackward(dGradInput.get(), dGradGrid.get(), dUp.get(),
+                                                  dInput.get(), dGrid.get(), t, s, nullptr)
+                          .isOk());
+          const std::string what = std::to_string(spatial) + "-D mode " + std::to_string(mode) +
+                                   " padding " + std::to_string(padding);
+          expectSame(dGradInput.bytes(), cpuInput, t, what + ": the input's gradient");
+          expectSame(dGradGrid.bytes(), cpuGrid, t, what + ": the grid's gradient");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detcoll::kernels::ops
