@@ -120,7 +120,6 @@ TEST(OpsGpu, GridSampleBackwardEveryModeAndPadding) {
         s.padding = static_cast<GridPadding>(padding);
         s.alignCorners = padding == 1;
         for (DataType t : testing::kFloatTypes) {
-          const size_t e = dataTypeSize(t);
           const int64_t points = s.batch * s.positions * spatial;
           std::vector<double> coordinates(points);
           for (double& v : coordinates) v = u(gen);
