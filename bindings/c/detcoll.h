@@ -402,6 +402,17 @@ DETCOLL_API detcoll_status_t detcoll_grid_sampler_backward(
     void* grad_input, void* grad_grid, const void* grad_output, const void* input, const void* grid,
     detcoll_dtype_t dtype, int64_t batch, int64_t channels, const int64_t* input_spatial,
     int spatial, int64_t positions, int interpolation_mode, int padding_mode, int align_corners);
+/* The backward of ctc_loss: grad_log_probs [steps, batch, classes] from grad [batch],
+ * log_probs [steps, batch, classes], targets [batch, target_stride] (padded; int64),
+ * neg_log_likelihood [batch] and log_alpha [batch, steps, alpha_width], all but targets in dtype;
+ * input_lengths and target_lengths are host arrays [batch]. log beta and the per-class sums in
+ * float64 in a fixed order (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_ctc_loss_backward(
+    void* grad_log_probs, const void* grad, const void* log_probs, const int64_t* targets,
+    int64_t target_stride, const int64_t* input_lengths, const int64_t* target_lengths,
+    const void* neg_log_likelihood, const void* log_alpha, int64_t alpha_width,
+    detcoll_dtype_t dtype, int64_t steps, int64_t batch, int64_t classes, int64_t blank,
+    int zero_infinity);
 /* Writes through indices, every dtype, bits copied. write_last: row destination[s] of out [rows,
  * width] becomes row s of values [n, width] for s = 0 .. n - 1, so the last s stays where
  * destinations repeat; rows none names are untouched (index_put_ and put_ without accumulate).

@@ -1,5 +1,5 @@
-// The C entries of bicubic upsampling's and grid_sample's backward (kernels/ops/cubic.h,
-// grid_sample.h) and of the writes through
+// The C entries of bicubic upsampling's, grid_sample's and ctc_loss's backward
+// (kernels/ops/cubic.h, grid_sample.h, ctc.h) and of the writes through
 // indices, embedding_bag's max gradient and histc (kernels/ops/writes.h), and sparse x dense
 // (kernels/ops/scatter.h). The same placement and
 // run rules as detcoll_ops.cc (ops_glue.h).
@@ -9,6 +9,7 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/ops_glue.h"
+#include "kernels/ops/ctc.h"
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/grid_sample.h"
 #include "kernels/ops/writes.h"
@@ -192,6 +193,50 @@ detcoll_status_t detcoll_grid_sampler_backward(
                  [&] {
                    return kernels::ops::gridSamplerBackward(grad_input, grad_grid, grad_output,
                                                             input, grid, type, s, g_opsThreads);
+                 });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_ctc_loss_backward(void* grad_log_probs, const void* grad,
+                                           const void* log_probs, const int64_t* targets,
+                                           int64_t target_stride, const int64_t* input_lengths,
+                                           const int64_t* target_lengths,
+                                           const void* neg_log_likelihood, const void* log_alpha,
+                                           int64_t alpha_width, detcoll_dtype_t dtype,
+                                           int64_t steps, int64_t batch, int64_t classes,
+                                           int64_t blank, int zero_infinity) {
+  const char* op = "ctc_loss_backward";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  kernels::ops::Ctc c;
+  c.steps = steps;
+  c.batch = batch;
+  c.classes = classes;
+  c.blank = blank;
+  c.targetStride = target_stride;
+  c.alphaWidth = alpha_width;
+  c.zeroInfinity = zero_infinity != 0;
+  if (status.isOk()) {  // the lengths are host arrays, as sizes are
+    status = placeOf(op,
+                     {{grad_log_probs, "grad_log_probs"},
+                      {grad, "grad"},
+                      {log_probs, "log_probs"},
+                      {targets, "targets"},
+                      {neg_log_likelihood, "neg_log_likelihood"},
+                      {log_alpha, "log_alpha"}},
+                     &device);
+  }
+  if (status.isOk()) {
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(ctcLossBackward(grad_log_probs, grad, log_probs, targets,
+                                                   input_lengths, target_lengths,
+                                                   neg_log_likelihood, log_alpha, type, c, stream)),
+                 [&] {
+                   return kernels::ops::ctcLossBackward(
+                       grad_log_probs, grad, log_probs, targets, input_lengths, target_lengths,
+                       neg_log_likelihood, log_alpha, type, c, g_opsThreads);
                  });
   }
   return finish(status);

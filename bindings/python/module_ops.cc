@@ -195,6 +195,24 @@ void defineOps(py::module_& m) {
           static_cast<int>(inputSpatial.size()), positions, mode, padding, alignCorners ? 1 : 0);
     });
   });
+  m.def("ctc_loss_backward", [](uintptr_t gradLogProbs, uintptr_t grad, uintptr_t logProbs,
+                                uintptr_t targets, int64_t targetStride,
+                                const std::vector<int64_t>& inputLengths,
+                                const std::vector<int64_t>& targetLengths, uintptr_t nll,
+                                uintptr_t logAlpha, int64_t alphaWidth, int dtype, int64_t steps,
+                                int64_t batch, int64_t classes, int64_t blank, bool zeroInfinity) {
+    if (static_cast<int64_t>(inputLengths.size()) != batch ||
+        static_cast<int64_t>(targetLengths.size()) != batch) {
+      throw py::value_error("ctc_loss_backward: a length per batch element");
+    }
+    blocking([&] {
+      return detcoll_ctc_loss_backward(
+          ptr(gradLogProbs), ptr(grad), ptr(logProbs), static_cast<const int64_t*>(ptr(targets)),
+          targetStride, inputLengths.data(), targetLengths.data(), ptr(nll), ptr(logAlpha),
+          alphaWidth, static_cast<detcoll_dtype_t>(dtype), steps, batch, classes, blank,
+          zeroInfinity ? 1 : 0);
+    });
+  });
   m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
                     int dtype) {
     blocking([&] {

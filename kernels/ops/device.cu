@@ -5,6 +5,7 @@
 
 #include "kernels/device_executor.cuh"
 #include "kernels/ops/bodies/axis_sums.h"
+#include "kernels/ops/bodies/ctc.h"
 #include "kernels/ops/bodies/grid_sample.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
@@ -156,6 +157,15 @@ Status gridSamplerBackward(void* gradInput, void* gradGrid, const void* gradOutp
   DeviceExecutor e(stream);
   return bodies::gridSamplerBackward(e, gradInput, gradGrid, gradOutput, input, gridValues, type,
                                      s);
+}
+
+Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProbs,
+                       const int64_t* targets, const int64_t* inputLengths,
+                       const int64_t* targetLengths, const void* nll, const void* logAlpha,
+                       DataType type, const Ctc& ctc, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::ctcLossBackward(e, gradLogProbs, grad, logProbs, targets, inputLengths,
+                                 targetLengths, nll, logAlpha, type, ctc);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,

@@ -1,15 +1,18 @@
 // The ops added for torch's patched families on the GPU (kernels/ops/device.h) against the CPU
 // reference, bit for bit: max_unpool, embedding_bag's max gradient, sparse x dense, histc, bicubic
-// upsampling's and grid_sample's backward, every dtype, random wide-range values with heavy
+// upsampling's, grid_sample's and ctc_loss's backward (ctc_loss: run to run, and the CPU's up to
+// the device's exp and log), every dtype, random wide-range values with heavy
 // duplication. Skips, saying so, when no GPU is present.
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/ops/ctc.h"
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/device.h"
 #include "kernels/ops/grid_sample.h"
@@ -141,6 +144,56 @@ TEST(OpsGpu, GridSampleBackwardEveryModeAndPadding) {
           expectSame(dGradGrid.bytes(), cpuGrid, t, what + ": the grid's gradient");
         }
       }
+    }
+  }
+}
+
+TEST(OpsGpu, CtcLossBackwardRepeatsAndIsTheCpusUpToExpAndLog) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  Ctc c;
+  c.steps = 120;
+  c.batch = 8;
+  c.classes = 40;
+  c.blank = 0;
+  c.targetStride = 30;
+  c.alphaWidth = 61;
+  std::vector<int64_t> inputs(c.batch), lengths(c.batch);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    inputs[b] = c.steps - 9 * b;
+    lengths[b] = 30 - 3 * b;
+  }
+  const std::vector<int64_t> targets = opIndices(c.batch * c.targetStride, 1, 6, 131);
+  std::mt19937_64 gen(132);
+  std::normal_distribution<double> normal(-3.0, 1.0);
+  std::vector<double> lp(c.steps * c.batch * c.classes), alpha(c.batch * c.steps * c.alphaWidth);
+  for (double& v : lp) v = normal(gen);
+  for (double& v : alpha) v = normal(gen) * 20;
+  std::vector<double> nll(c.batch, 80.0), up(c.batch, 0.75);
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes lpB = testing::fromDoubles(lp, t), alphaB = testing::fromDoubles(alpha, t),
+                nllB = testing::fromDoubles(nll, t), upB = testing::fromDoubles(up, t);
+    Bytes cpu(lpB.size());
+    ASSERT_TRUE(ctcLossBackward(cpu.data(), upB.data(), lpB.data(), targets.data(), inputs.data(),
+                                lengths.data(), nllB.data(), alphaB.data(), t, c, 0)
+                    .isOk());
+    Device dLp(lpB), dAlpha(alphaB), dNll(nllB), dUp(upB), dTargets(targets);
+    Bytes runs[2];
+    for (Bytes& run : runs) {
+      Device dOut(Bytes(cpu.size(), 0xab));
+      ASSERT_TRUE(device::ctcLossBackward(dOut.get(), dUp.get(), dLp.get(), dTargets.ints(),
+                                          inputs.data(), lengths.data(), dNll.get(), dAlpha.get(),
+                                          t, c, nullptr)
+                      .isOk());
+      run = dOut.bytes();
+    }
+    EXPECT_EQ(runs[0], runs[1]) << dataTypeName(t) << ": two runs on the device";
+    const double tolerance = t == DataType::kFloat64   ? 1e-12
+                             : t == DataType::kFloat32 ? 1e-6
+                                                       : 1e-2;
+    for (size_t i = 0; i < lp.size(); ++i) {
+      const double a = testing::elementAsDouble(runs[0].data(), i, t),
+                   b = testing::elementAsDouble(cpu.data(), i, t);
+      ASSERT_LE(std::abs(a - b), tolerance * (1 + std::abs(b))) << dataTypeName(t) << " at " << i;
     }
   }
 }

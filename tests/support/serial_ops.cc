@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/ops/bodies/axis_sums.h"
+#include "kernels/ops/bodies/ctc.h"
 #include "kernels/ops/bodies/grid_sample.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
@@ -147,6 +148,15 @@ Status gridSamplerBackward(void* gradInput, void* gradGrid, const void* gradOutp
   SerialExecutor e;
   return bodies::gridSamplerBackward(e, gradInput, gradGrid, gradOutput, input, gridValues, type,
                                      s);
+}
+
+Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProbs,
+                       const int64_t* targets, const int64_t* inputLengths,
+                       const int64_t* targetLengths, const void* nll, const void* logAlpha,
+                       DataType type, const kernels::ops::Ctc& ctc) {
+  SerialExecutor e;
+  return bodies::ctcLossBackward(e, gradLogProbs, grad, logProbs, targets, inputLengths,
+                                 targetLengths, nll, logAlpha, type, ctc);
 }
 
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,

@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/ops/ctc.h"
 #include "kernels/ops/grid_sample.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
@@ -75,6 +76,10 @@ Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType ty
 Status gridSamplerBackward(void* gradInput, void* gradGrid, const void* gradOutput,
                            const void* input, const void* gridValues, DataType type,
                            const kernels::ops::GridSample& s);
+Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProbs,
+                       const int64_t* targets, const int64_t* inputLengths,
+                       const int64_t* targetLengths, const void* nll, const void* logAlpha,
+                       DataType type, const kernels::ops::Ctc& ctc);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -1,26 +1,24 @@
 """ctc_loss's backward (detcoll.torch.ops), whose CUDA kernel gathers the per-class sums with
-atomic adds.
+atomic adds: detcoll_ctc_loss_backward (kernels/ops/ctc.h).
 
 For batch element b, with the extended target l' (blanks around and between the labels) and the
 forward's log α, the backward computes log β by its recursion, in float64, one time step at a
 time for the whole batch; then for each time t and class c the sum over the positions s with
-l'(s) = c of exp(log α + log β − m), m the largest log α + log β at (t, b), added in increasing s
-by detcoll's index_add; and the gradient (exp(lp) − exp(log Σ + m + nll − lp)) · grad, rounded
-once to the input's dtype, 0 from the input length on (README, "Deterministic ops").
+l'(s) = c of exp(log α + log β − m), m the largest log α + log β at (t, b), in increasing s; and
+the gradient (exp(lp) − exp(log Σ + m + nll − lp)) · grad, rounded once to the input's dtype, 0
+from the input length on (README, "Deterministic ops").
 
 The order of every sum is fixed, so a device gives the same bits run after run. exp and log are
-the device's own (torch's CPU and CUDA functions differ in their last bits), so the CPU and the
-GPU agree to those bits, not bit for bit.
+the platform's own (the host's and a GPU's differ in their last bits), so the CPU and the GPU
+agree to those bits, not bit for bit.
 """
 
 import torch
 
 import detcoll
-from detcoll.torch import ops
-from detcoll.torch._op_args import _floating, _placed
-
-_NEG_INF = float("-inf")
-
+from detcoll import _detcoll
+from detcoll.torch._op_args import _floating, _placed, _same_dtype
+from detcoll.torch._tensors import DTYPES
 
 def _lengths(values, count, op, what, device):
     if isinstance(values, torch.Tensor):
@@ -94,64 +92,20 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths,
             alpha.shape[2] < width:
         raise detcoll.InvalidArgumentError(
             f"{op}: log_alpha {tuple(alpha.shape)} is not [{batch}, {steps}, >= {width}]")
-    nll = _floating(neg_log_likelihood, op, "neg_log_likelihood").reshape(-1).double()
-    g = _floating(grad, op, "grad").reshape(-1).double()
+    nll = _floating(neg_log_likelihood, op, "neg_log_likelihood").reshape(-1)
+    g = _floating(grad, op, "grad").reshape(-1)
+    for what, t in (("log_alpha", alpha), ("neg_log_likelihood", nll), ("grad", g)):
+        _same_dtype(op, lp, t, what)
     if nll.numel() != batch or g.numel() != batch:
         raise detcoll.InvalidArgumentError(
             f"{op}: grad and neg_log_likelihood need one value per batch element ({batch})")
+    out = torch.empty_like(lp)
     if lp.numel() == 0:
-        return torch.zeros_like(lp)
-
-    # The extended target: blank, l1, blank, l2, ..., blank; positions past 2 |l| + 1 unused.
-    extended = torch.full((batch, width), blank, dtype=torch.int64, device=device)
-    extended[:, 1::2] = labels
-    s = torch.arange(width, device=device)
-    used = s.unsqueeze(0) < (2 * torch.tensor(lengths, device=device) + 1).unsqueeze(1)
-    # s may skip to s + 2 where l'(s + 2) is a label other than l'(s).
-    skip = torch.zeros(batch, width, dtype=torch.bool, device=device)
-    if width > 2:
-        skip[:, :-2] = (extended[:, 2:] != extended[:, :-2]) & (s[:-2] % 2 == 1)
-    lp64 = lp.double()
-    emit = torch.gather(lp64, 2, extended.unsqueeze(0).expand(steps, batch, width))  # [T, B, S']
-
-    last = torch.tensor([n - 1 for n in inputs], device=device)
-    ends = 2 * torch.tensor(lengths, device=device)
-    start = (s.unsqueeze(0) == ends.unsqueeze(1)) | (s.unsqueeze(0) == (ends - 1).unsqueeze(1))
-    beta = torch.full((steps, batch, width), _NEG_INF, dtype=torch.float64, device=device)
-    following = torch.full((batch, width), _NEG_INF, dtype=torch.float64, device=device)
-    for t in range(steps - 1, -1, -1):
-        one = following
-        two = torch.full_like(following, _NEG_INF)
-        two[:, :-1] = following[:, 1:]
-        three = torch.full_like(following, _NEG_INF)
-        three[:, :-2] = torch.where(skip[:, :-2], following[:, 2:],
-                                    torch.full_like(following[:, 2:], _NEG_INF))
-        top = torch.maximum(torch.maximum(one, two), three)
-        top = torch.where(top == _NEG_INF, torch.zeros_like(top), top)
-        step = torch.log(torch.exp(one - top) + torch.exp(two - top) + torch.exp(three - top)) \
-            + top + emit[t]
-        first = (t == last).unsqueeze(1) & start & used
-        inside = (t < last).unsqueeze(1) & used
-        current = torch.where(first, emit[t], torch.where(inside, step,
-                                                          torch.full_like(step, _NEG_INF)))
-        beta[t] = current
-        following = current
-
-    both = alpha[:, :, :width].double().transpose(0, 1) + beta        # [T, B, S']
-    both = torch.where(used.unsqueeze(0), both, torch.full_like(both, _NEG_INF))
-    top = both.amax(2, keepdim=True)
-    top = torch.where(top == _NEG_INF, torch.zeros_like(top), top)
-    shares = torch.exp(both - top)                                    # 0 where unused
-    # Per class, in increasing s: index_add into [T, B * C] at b * C + l'(s).
-    where = (torch.arange(batch, device=device).unsqueeze(1) * classes + extended).reshape(-1)
-    sums = torch.zeros(steps, batch * classes, dtype=torch.float64, device=device)
-    ops.index_add_(sums, 1, where, shares.reshape(steps, -1).contiguous())
-    log_sums = torch.log(sums.reshape(steps, batch, classes)) + top
-    result = (torch.exp(lp64) - torch.exp(log_sums + nll.reshape(1, -1, 1) - lp64)) \
-        * g.reshape(1, -1, 1)
-    live = torch.arange(steps, device=device).unsqueeze(1) < torch.tensor(inputs, device=device)
-    keep = live.unsqueeze(2)
-    if zero_infinity:
-        keep = keep & ~torch.isinf(nll).reshape(1, -1, 1)
-    result = torch.where(keep, result, torch.zeros_like(result))
-    return result.to(lp.dtype)
+        return out
+    # detcoll_ctc_loss_backward (kernels/ops/ctc.h); labels, alpha, nll and g are contiguous.
+    labels = labels.contiguous()
+    _detcoll.ctc_loss_backward(out.data_ptr(), g.data_ptr(), lp.data_ptr(), labels.data_ptr(),
+                               labels.shape[1], inputs, lengths, nll.data_ptr(),
+                               alpha.data_ptr(), alpha.shape[2], DTYPES[lp.dtype], steps, batch,
+                               classes, blank, bool(zero_infinity))
+    return out
