@@ -413,6 +413,14 @@ DETCOLL_API detcoll_status_t detcoll_ctc_loss_backward(
     const void* neg_log_likelihood, const void* log_alpha, int64_t alpha_width,
     detcoll_dtype_t dtype, int64_t steps, int64_t batch, int64_t classes, int64_t blank,
     int zero_infinity);
+/* F.nll_loss with a fixed summation order: input [batch, classes, inner] log-probabilities,
+ * target [batch, inner] (int64), weight [classes] or NULL; reduction 0 none (output [batch,
+ * inner]), 1 mean, 2 sum (output a scalar). total_weight (a scalar; NULL allowed for none) gets
+ * the fixed-tree sum of the kept samples' weights (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_nll_loss(void* output, void* total_weight, const void* input,
+                                              const int64_t* target, const void* weight,
+                                              detcoll_dtype_t dtype, int64_t batch, int64_t classes,
+                                              int64_t inner, int64_t ignore_index, int reduction);
 /* Writes through indices, every dtype, bits copied. write_last: row destination[s] of out [rows,
  * width] becomes row s of values [n, width] for s = 0 .. n - 1, so the last s stays where
  * destinations repeat; rows none names are untouched (index_put_ and put_ without accumulate).

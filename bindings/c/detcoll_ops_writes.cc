@@ -1,5 +1,5 @@
 // The C entries of bicubic upsampling's, grid_sample's and ctc_loss's backward
-// (kernels/ops/cubic.h, grid_sample.h, ctc.h) and of the writes through
+// (kernels/ops/cubic.h, grid_sample.h, ctc.h), of nll_loss (losses.h) and of the writes through
 // indices, embedding_bag's max gradient and histc (kernels/ops/writes.h), and sparse x dense
 // (kernels/ops/scatter.h). The same placement and
 // run rules as detcoll_ops.cc (ops_glue.h).
@@ -12,6 +12,7 @@
 #include "kernels/ops/ctc.h"
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/grid_sample.h"
+#include "kernels/ops/losses.h"
 #include "kernels/ops/writes.h"
 
 using namespace detcoll;
@@ -238,6 +239,41 @@ detcoll_status_t detcoll_ctc_loss_backward(void* grad_log_probs, const void* gra
                        grad_log_probs, grad, log_probs, targets, input_lengths, target_lengths,
                        neg_log_likelihood, log_alpha, type, c, g_opsThreads);
                  });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_nll_loss(void* output, void* total_weight, const void* input,
+                                  const int64_t* target, const void* weight, detcoll_dtype_t dtype,
+                                  int64_t batch, int64_t classes, int64_t inner,
+                                  int64_t ignore_index, int reduction) {
+  const char* op = "nll_loss";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  kernels::ops::NllLoss l;
+  l.outer = batch;
+  l.classes = classes;
+  l.inner = inner;
+  l.ignoreIndex = ignore_index;
+  l.reduction = reduction;
+  if (status.isOk()) {
+    status = placeOf(op,
+                     {{output, "output"},
+                      {total_weight, "total_weight"},
+                      {input, "input"},
+                      {target, "target"},
+                      {weight, "weight"}},
+                     &device);
+  }
+  if (status.isOk()) {
+    status = run(
+        op, device,
+        DETCOLL_ON_DEVICE(nllLoss(output, total_weight, input, target, weight, type, l, stream)),
+        [&] {
+          return kernels::ops::nllLoss(output, total_weight, input, target, weight, type, l,
+                                       g_opsThreads);
+        });
   }
   return finish(status);
 }

@@ -213,6 +213,16 @@ void defineOps(py::module_& m) {
           zeroInfinity ? 1 : 0);
     });
   });
+  m.def("nll_loss", [](uintptr_t output, uintptr_t totalWeight, uintptr_t input, uintptr_t target,
+                       uintptr_t weight, int dtype, int64_t batch, int64_t classes, int64_t inner,
+                       int64_t ignoreIndex, int reduction) {
+    blocking([&] {
+      return detcoll_nll_loss(ptr(output), ptr(totalWeight), ptr(input),
+                              static_cast<const int64_t*>(ptr(target)), ptr(weight),
+                              static_cast<detcoll_dtype_t>(dtype), batch, classes, inner,
+                              ignoreIndex, reduction);
+    });
+  });
   m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
                     int dtype) {
     blocking([&] {

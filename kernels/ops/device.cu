@@ -7,6 +7,7 @@
 #include "kernels/ops/bodies/axis_sums.h"
 #include "kernels/ops/bodies/ctc.h"
 #include "kernels/ops/bodies/grid_sample.h"
+#include "kernels/ops/bodies/losses.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
 #include "kernels/ops/bodies/taps.h"
@@ -166,6 +167,12 @@ Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProb
   DeviceExecutor e(stream);
   return bodies::ctcLossBackward(e, gradLogProbs, grad, logProbs, targets, inputLengths,
                                  targetLengths, nll, logAlpha, type, ctc);
+}
+
+Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t* target,
+               const void* weight, DataType type, const NllLoss& l, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::nllLoss(e, output, totalWeight, input, target, weight, type, l);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,

@@ -20,6 +20,7 @@
 #include "kernels/ops/ctc.h"
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/grid_sample.h"
+#include "kernels/ops/losses.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 #include "kernels/ops/taps.h"
@@ -85,6 +86,8 @@ Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProb
                        const int64_t* targets, const int64_t* inputLengths,
                        const int64_t* targetLengths, const void* nll, const void* logAlpha,
                        DataType type, const Ctc& ctc, void* stream);
+Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t* target,
+               const void* weight, DataType type, const NllLoss& l, void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

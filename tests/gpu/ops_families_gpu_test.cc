@@ -1,7 +1,7 @@
 // The ops added for torch's patched families on the GPU (kernels/ops/device.h) against the CPU
 // reference, bit for bit: max_unpool, embedding_bag's max gradient, sparse x dense, histc, bicubic
 // upsampling's, grid_sample's and ctc_loss's backward (ctc_loss: run to run, and the CPU's up to
-// the device's exp and log), every dtype, random wide-range values with heavy
+// the device's exp and log) and nll_loss, every dtype, random wide-range values with heavy
 // duplication. Skips, saying so, when no GPU is present.
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/device.h"
 #include "kernels/ops/grid_sample.h"
+#include "kernels/ops/losses.h"
 #include "kernels/ops/scatter.h"
 #include "kernels/ops/writes.h"
 #include "tests/gpu/gpu_test.h"
@@ -194,6 +195,35 @@ TEST(OpsGpu, CtcLossBackwardRepeatsAndIsTheCpusUpToExpAndLog) {
       const double a = testing::elementAsDouble(runs[0].data(), i, t),
                    b = testing::elementAsDouble(cpu.data(), i, t);
       ASSERT_LE(std::abs(a - b), tolerance * (1 + std::abs(b))) << dataTypeName(t) << " at " << i;
+    }
+  }
+}
+
+TEST(OpsGpu, NllLossEveryReduction) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  NllLoss l;
+  l.outer = 64;
+  l.classes = 21;
+  l.inner = 96 * 96;
+  l.ignoreIndex = 7;
+  const int64_t samples = l.outer * l.inner;
+  const std::vector<int64_t> target = opIndices(samples, 0, l.classes, 151);
+  for (DataType t : testing::kFloatTypes) {
+    const Bytes input = opValues(t, samples * l.classes, 152), weight = opValues(t, l.classes, 153);
+    Device dInput(input), dTarget(target), dWeight(weight);
+    for (int reduction : {0, 1, 2}) {
+      l.reduction = reduction;
+      const size_t outputs = reduction == 0 ? samples : 1;
+      Bytes cpu(outputs * dataTypeSize(t)), cpuTotal(dataTypeSize(t));
+      ASSERT_TRUE(
+          nllLoss(cpu.data(), cpuTotal.data(), input.data(), target.data(), weight.data(), t, l, 0)
+              .isOk());
+      Device dOut(Bytes(cpu.size(), 0xab)), dTotal(Bytes(cpuTotal.size(), 0xab));
+      ASSERT_TRUE(device::nllLoss(dOut.get(), dTotal.get(), dInput.get(), dTarget.ints(),
+                                  dWeight.get(), t, l, nullptr)
+                      .isOk());
+      expectSame(dOut.bytes(), cpu, t, "nll_loss reduction " + std::to_string(reduction));
+      expectSame(dTotal.bytes(), cpuTotal, t, "nll_loss total weight");
     }
   }
 }

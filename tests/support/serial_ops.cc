@@ -8,6 +8,7 @@
 #include "kernels/ops/bodies/axis_sums.h"
 #include "kernels/ops/bodies/ctc.h"
 #include "kernels/ops/bodies/grid_sample.h"
+#include "kernels/ops/bodies/losses.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
 #include "kernels/ops/bodies/taps.h"
@@ -157,6 +158,12 @@ Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProb
   SerialExecutor e;
   return bodies::ctcLossBackward(e, gradLogProbs, grad, logProbs, targets, inputLengths,
                                  targetLengths, nll, logAlpha, type, ctc);
+}
+
+Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t* target,
+               const void* weight, DataType type, const kernels::ops::NllLoss& l) {
+  SerialExecutor e;
+  return bodies::nllLoss(e, output, totalWeight, input, target, weight, type, l);
 }
 
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,

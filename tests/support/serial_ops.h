@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "kernels/ops/ctc.h"
 #include "kernels/ops/grid_sample.h"
+#include "kernels/ops/losses.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
 #include "kernels/ops/taps.h"
@@ -80,6 +81,8 @@ Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProb
                        const int64_t* targets, const int64_t* inputLengths,
                        const int64_t* targetLengths, const void* nll, const void* logAlpha,
                        DataType type, const kernels::ops::Ctc& ctc);
+Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t* target,
+               const void* weight, DataType type, const kernels::ops::NllLoss& l);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -4,14 +4,17 @@ torch's CUDA kernel for inputs of three dimensions and more (nll_loss2d) reduces
 losses and the total weight with atomicAdd; its [N, C] kernel reduces in one block. Here each
 sample's loss is one IEEE operation per step, as torch forms it (-x[i, y_i] * w[y_i], 0 where the
 target is ignored), and the sums are detcoll's fixed tree (ops.sum: chunks of 32 in order, then
-pairwise; README, "Deterministic ops"), on the CPU and on CUDA alike; 'mean' divides the two sums
-once. The bits depend on nothing but the data.
+pairwise; README, "Deterministic ops"), on the CPU and on CUDA alike, in detcoll_nll_loss
+(kernels/ops/losses.h); 'mean' divides the two sums once. The bits depend on nothing but the
+data.
 """
 
 import torch
 
 import detcoll
+from detcoll import _detcoll
 from detcoll.torch._op_args import _floating, _values
+from detcoll.torch._tensors import DTYPES
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
@@ -20,8 +23,6 @@ def nll_loss_forward(input, target, weight, reduction, ignore_index):  # noqa: A
     """aten's nll_loss_forward (and nll_loss2d_forward): (output, total_weight). `input` is
     [C], [N, C] or [N, C, d1, ...] log-probabilities, `target` the class of each sample ([],
     [N], [N, d1, ...], int64), `reduction` 0 none, 1 mean, 2 sum."""
-    from detcoll.torch import ops  # ops imports this module
-
     op = "nll_loss"
     x = _floating(input, op, "input")
     if not isinstance(target, torch.Tensor) or target.dtype not in (torch.int64, torch.uint8):
@@ -47,35 +48,21 @@ def nll_loss_forward(input, target, weight, reduction, ignore_index):  # noqa: A
             raise detcoll.InvalidArgumentError(
                 f"{op}: weight must be a 1-D {x.dtype} tensor of {classes} class weights, got "
                 f"{weight.dtype} {tuple(weight.shape)}")
-    # Samples as rows of classes: [S, C].
-    samples = 1
-    for size in samples_shape:
-        samples *= size
-    rows = x.reshape(1, classes) if x.dim() == 1 else x.movedim(1, -1).reshape(samples, classes)
-    t = target.reshape(-1).long()
-    kept = t != ignore_index
-    outside = kept & ((t < 0) | (t >= classes))
-    if bool(outside.any()):
-        at = int(outside.nonzero()[0, 0])
-        raise detcoll.InvalidArgumentError(
-            f"{op}: target[{at}] = {int(t[at])} is out of range for {classes} classes "
-            f"(ignore_index {ignore_index})")
-    safe = torch.where(kept, t, torch.zeros_like(t))
-    if classes == 0:  # every target ignored (any other is out of range): nothing to pick
-        picked = torch.zeros(samples, dtype=x.dtype, device=x.device)
-        w = torch.zeros_like(picked)
-    else:
-        picked = rows.gather(1, safe[:, None]).squeeze(1)
-        w = weight[safe] if weight is not None else torch.ones_like(picked)
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    losses = torch.where(kept, -picked * w, zero)
-    weights = torch.where(kept, w, zero)
-    if reduction == 0:
-        # torch reports a lone sample's weight as the total even unreduced; 0 for a batch.
-        return losses.reshape(samples_shape), weights[0] if x.dim() == 1 else zero.clone()
-    total = ops.sum(weights)
-    summed = ops.sum(losses)
-    return (summed if reduction == 2 else summed / total), total
+    # detcoll_nll_loss (kernels/ops/losses.h) over [batch, classes, inner].
+    batch = 1 if x.dim() == 1 else x.shape[0]
+    inner = 1
+    for size in x.shape[2:]:
+        inner *= size
+    t = target.long().contiguous()
+    w = None if weight is None else weight.contiguous()
+    out = torch.empty(samples_shape if reduction == 0 else (), dtype=x.dtype, device=x.device)
+    # torch reports a lone sample's weight as the total even unreduced; 0 for a batch.
+    total = torch.zeros((), dtype=x.dtype, device=x.device)
+    wants_total = reduction != 0 or x.dim() == 1
+    _detcoll.nll_loss(out.data_ptr(), total.data_ptr() if wants_total else 0, x.data_ptr(),
+                      t.data_ptr(), 0 if w is None else w.data_ptr(), DTYPES[x.dtype], batch,
+                      classes, inner, int(ignore_index), int(reduction))
+    return out, total
 
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):  # noqa: A002
