@@ -421,6 +421,16 @@ DETCOLL_API detcoll_status_t detcoll_nll_loss(void* output, void* total_weight, 
                                               const int64_t* target, const void* weight,
                                               detcoll_dtype_t dtype, int64_t batch, int64_t classes,
                                               int64_t inner, int64_t ignore_index, int reduction);
+/* torch.kthvalue and torch.median along a dimension with indices that do not depend on the
+ * kernel: input [outer, length, inner], values and indices [outer, inner]. The order is the stable
+ * ascending one (-0 as +0, NaN last, ties by position); kthvalue its k-th element (1-based),
+ * median the lower median, or NaN at a slice's first NaN (README, "Deterministic ops"). */
+DETCOLL_API detcoll_status_t detcoll_kthvalue(void* values, int64_t* indices, const void* input,
+                                              detcoll_dtype_t dtype, int64_t outer, int64_t length,
+                                              int64_t inner, int64_t k);
+DETCOLL_API detcoll_status_t detcoll_median(void* values, int64_t* indices, const void* input,
+                                            detcoll_dtype_t dtype, int64_t outer, int64_t length,
+                                            int64_t inner);
 /* Writes through indices, every dtype, bits copied. write_last: row destination[s] of out [rows,
  * width] becomes row s of values [n, width] for s = 0 .. n - 1, so the last s stays where
  * destinations repeat; rows none names are untouched (index_put_ and put_ without accumulate).

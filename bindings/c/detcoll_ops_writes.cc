@@ -1,5 +1,6 @@
 // The C entries of bicubic upsampling's, grid_sample's and ctc_loss's backward
-// (kernels/ops/cubic.h, grid_sample.h, ctc.h), of nll_loss (losses.h) and of the writes through
+// (kernels/ops/cubic.h, grid_sample.h, ctc.h), of nll_loss (losses.h), kthvalue and median
+// (selection.h) and of the writes through
 // indices, embedding_bag's max gradient and histc (kernels/ops/writes.h), and sparse x dense
 // (kernels/ops/scatter.h). The same placement and
 // run rules as detcoll_ops.cc (ops_glue.h).
@@ -13,6 +14,7 @@
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/grid_sample.h"
 #include "kernels/ops/losses.h"
+#include "kernels/ops/selection.h"
 #include "kernels/ops/writes.h"
 
 using namespace detcoll;
@@ -276,6 +278,53 @@ detcoll_status_t detcoll_nll_loss(void* output, void* total_weight, const void* 
         });
   }
   return finish(status);
+}
+
+namespace {
+
+detcoll_status_t selection(void* values, int64_t* indices, const void* input, detcoll_dtype_t dtype,
+                           const kernels::ops::Selection& s) {
+  const char* op = s.median ? "median" : "kthvalue";
+  int device = -1;
+  DataType type;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op, {{values, "values"}, {indices, "indices"}, {input, "input"}}, &device);
+  }
+  if (status.isOk()) {
+    status =
+        run(op, device, DETCOLL_ON_DEVICE(select(values, indices, input, type, s, stream)),
+            [&] { return kernels::ops::select(values, indices, input, type, s, g_opsThreads); });
+  }
+  return finish(status);
+}
+
+}  // namespace
+
+detcoll_status_t detcoll_kthvalue(void* values, int64_t* indices, const void* input,
+                                  detcoll_dtype_t dtype, int64_t outer, int64_t length,
+                                  int64_t inner, int64_t k) {
+  kernels::ops::Selection s;
+  s.outer = outer;
+  s.length = length;
+  s.inner = inner;
+  s.k = k;
+  return selection(values, indices, input, dtype, s);
+}
+
+detcoll_status_t detcoll_median(void* values, int64_t* indices, const void* input,
+                                detcoll_dtype_t dtype, int64_t outer, int64_t length,
+                                int64_t inner) {
+  kernels::ops::Selection s;
+  s.outer = outer;
+  s.length = length;
+  s.inner = inner;
+  s.k = (length + 1) / 2;
+  s.median = true;
+  if (length == 0 && outer * inner > 0) {
+    return finish(Status::invalidArgument("median: a dimension of 0 elements has no median"));
+  }
+  return selection(values, indices, input, dtype, s);
 }
 
 }  // extern "C"

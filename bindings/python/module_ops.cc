@@ -223,6 +223,15 @@ void defineOps(py::module_& m) {
                               ignoreIndex, reduction);
     });
   });
+  m.def("kthvalue", [](uintptr_t values, uintptr_t indices, uintptr_t input, int dtype,
+                       int64_t outer, int64_t length, int64_t inner, int64_t k, bool median) {
+    blocking([&] {
+      int64_t* at = static_cast<int64_t*>(ptr(indices));
+      const auto type = static_cast<detcoll_dtype_t>(dtype);
+      return median ? detcoll_median(ptr(values), at, ptr(input), type, outer, length, inner)
+                    : detcoll_kthvalue(ptr(values), at, ptr(input), type, outer, length, inner, k);
+    });
+  });
   m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
                     int dtype) {
     blocking([&] {

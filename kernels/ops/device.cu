@@ -10,6 +10,7 @@
 #include "kernels/ops/bodies/losses.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
+#include "kernels/ops/bodies/selection.h"
 #include "kernels/ops/bodies/taps.h"
 #include "kernels/ops/bodies/writes.h"
 #include "kernels/ops/device.h"
@@ -173,6 +174,12 @@ Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t
                const void* weight, DataType type, const NllLoss& l, void* stream) {
   DeviceExecutor e(stream);
   return bodies::nllLoss(e, output, totalWeight, input, target, weight, type, l);
+}
+
+Status select(void* values, int64_t* indices, const void* input, DataType type, const Selection& s,
+              void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::select(e, values, indices, input, type, s);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,

@@ -23,6 +23,7 @@
 #include "kernels/ops/losses.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
+#include "kernels/ops/selection.h"
 #include "kernels/ops/taps.h"
 #include "kernels/ops/writes.h"
 
@@ -88,6 +89,8 @@ Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProb
                        DataType type, const Ctc& ctc, void* stream);
 Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t* target,
                const void* weight, DataType type, const NllLoss& l, void* stream);
+Status select(void* values, int64_t* indices, const void* input, DataType type, const Selection& s,
+              void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -1,12 +1,13 @@
 // The ops added for torch's patched families on the GPU (kernels/ops/device.h) against the CPU
 // reference, bit for bit: max_unpool, embedding_bag's max gradient, sparse x dense, histc, bicubic
 // upsampling's, grid_sample's and ctc_loss's backward (ctc_loss: run to run, and the CPU's up to
-// the device's exp and log) and nll_loss, every dtype, random wide-range values with heavy
-// duplication. Skips, saying so, when no GPU is present.
+// the device's exp and log), nll_loss, kthvalue and median, every dtype, random wide-range values
+// with heavy duplication. Skips, saying so, when no GPU is present.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "kernels/ops/grid_sample.h"
 #include "kernels/ops/losses.h"
 #include "kernels/ops/scatter.h"
+#include "kernels/ops/selection.h"
 #include "kernels/ops/writes.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/support/op_data.h"
@@ -224,6 +226,47 @@ TEST(OpsGpu, NllLossEveryReduction) {
                       .isOk());
       expectSame(dOut.bytes(), cpu, t, "nll_loss reduction " + std::to_string(reduction));
       expectSame(dTotal.bytes(), cpuTotal, t, "nll_loss total weight");
+    }
+  }
+}
+
+TEST(OpsGpu, KthvalueAndMedian) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  Selection s;
+  s.outer = 33;
+  s.length = 1000;
+  s.inner = 7;
+  for (DataType t : testing::kAllTypes) {
+    // Few distinct values: long runs of ties.
+    std::vector<int64_t> draws = opIndices(s.outer * s.length * s.inner, -20, 20, 171);
+    std::vector<double> x(draws.begin(), draws.end());
+    for (double& v : x) v = v == 19 && isFloatingPoint(t) ? NAN : v / 4;
+    if (!isFloatingPoint(t)) {
+      for (double& v : x) v = std::floor(v);
+    }
+    Bytes input = isFloatingPoint(t) ? testing::fromDoubles(x, t) : Bytes();
+    if (!isFloatingPoint(t)) {
+      input.resize(x.size() * dataTypeSize(t));
+      for (size_t i = 0; i < x.size(); ++i) {
+        const int64_t v = static_cast<int64_t>(x[i]);
+        const int32_t w = static_cast<int32_t>(v);
+        std::memcpy(input.data() + i * dataTypeSize(t),
+                    t == DataType::kInt64 ? static_cast<const void*>(&v) : &w, dataTypeSize(t));
+      }
+    }
+    Device dInput(input);
+    for (bool median : {false, true}) {
+      Selection q = s;
+      q.median = median;
+      q.k = median ? (s.length + 1) / 2 : 137;
+      const int64_t slices = s.outer * s.inner;
+      Bytes cpu(slices * dataTypeSize(t));
+      std::vector<int64_t> cpuIdx(slices);
+      ASSERT_TRUE(select(cpu.data(), cpuIdx.data(), input.data(), t, q, 0).isOk());
+      Device dValues(Bytes(cpu.size(), 0xab)), dIdx(std::vector<int64_t>(slices, -1));
+      ASSERT_TRUE(device::select(dValues.get(), dIdx.ints(), dInput.get(), t, q, nullptr).isOk());
+      expectSame(dValues.bytes(), cpu, t, median ? "median" : "kthvalue");
+      EXPECT_EQ(dIdx.int64s(), cpuIdx) << dataTypeName(t) << (median ? " median" : " kthvalue");
     }
   }
 }

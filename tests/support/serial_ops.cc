@@ -11,6 +11,7 @@
 #include "kernels/ops/bodies/losses.h"
 #include "kernels/ops/bodies/resample.h"
 #include "kernels/ops/bodies/scatter.h"
+#include "kernels/ops/bodies/selection.h"
 #include "kernels/ops/bodies/taps.h"
 #include "kernels/ops/bodies/writes.h"
 #include "tests/support/serial_executor.h"
@@ -164,6 +165,12 @@ Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t
                const void* weight, DataType type, const kernels::ops::NllLoss& l) {
   SerialExecutor e;
   return bodies::nllLoss(e, output, totalWeight, input, target, weight, type, l);
+}
+
+Status select(void* values, int64_t* indices, const void* input, DataType type,
+              const kernels::ops::Selection& s) {
+  SerialExecutor e;
+  return bodies::select(e, values, indices, input, type, s);
 }
 
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,

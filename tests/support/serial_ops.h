@@ -17,6 +17,7 @@
 #include "kernels/ops/losses.h"
 #include "kernels/ops/resample.h"
 #include "kernels/ops/scatter.h"
+#include "kernels/ops/selection.h"
 #include "kernels/ops/taps.h"
 
 namespace detcoll::testing::serial {
@@ -83,6 +84,8 @@ Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProb
                        DataType type, const kernels::ops::Ctc& ctc);
 Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t* target,
                const void* weight, DataType type, const kernels::ops::NllLoss& l);
+Status select(void* values, int64_t* indices, const void* input, DataType type,
+              const kernels::ops::Selection& s);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

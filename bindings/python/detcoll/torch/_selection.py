@@ -5,13 +5,17 @@ Here the order is the stable ascending order along the dimension (NaN after ever
 position): kthvalue is its k-th element, with that element's index; median is the lower median
 (k = (n + 1) // 2) of a slice without NaN, and NaN with the index of the slice's first NaN
 otherwise, as torch.median propagates NaN. A stable order is unique, so the CPU and CUDA give the
-same values and indices whatever sort runs underneath.
+same values and indices: detcoll_kthvalue and detcoll_median (kernels/ops/selection.h).
 """
+
+import math
 
 import torch
 
 import detcoll
+from detcoll import _detcoll
 from detcoll.torch._op_args import _placed
+from detcoll.torch._tensors import DTYPES
 
 
 def _slice_length(x, dim, op):
@@ -27,15 +31,23 @@ def _slice_length(x, dim, op):
     return 1 if x.dim() == 0 else x.shape[dim]
 
 
-def _kth(x, k, dim, keepdim):
-    """The k-th (1-based) element of the stable ascending order along dim, and its index."""
+def _kth(x, k, dim, keepdim, median=False):
+    """detcoll_kthvalue (or detcoll_median): the k-th (1-based) element of the stable ascending
+    order along dim, and its index (kernels/ops/selection.h). bool and 8- and 16-bit integers run
+    as int32, which holds them exactly."""
     if x.dim() == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
-    values, order = torch.sort(x, dim=dim, stable=True)
-    value, index = values.narrow(dim, k - 1, 1), order.narrow(dim, k - 1, 1)
-    if not keepdim:
-        value, index = value.squeeze(dim), index.squeeze(dim)
-    return value.contiguous(), index.contiguous()
+    dim = dim % x.dim()
+    shape = list(x.shape)
+    length, outer, inner = shape[dim], math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    work = (x if x.dtype in DTYPES else x.to(torch.int32)).contiguous()
+    values = torch.empty(outer * inner, dtype=work.dtype, device=x.device)
+    indices = torch.empty(outer * inner, dtype=torch.int64, device=x.device)
+    if values.numel():
+        _detcoll.kthvalue(values.data_ptr(), indices.data_ptr(), work.data_ptr(),
+                          DTYPES[work.dtype], outer, length, inner, k, median)
+    kept = shape[:dim] + ([1] if keepdim else []) + shape[dim + 1:]
+    return values.to(x.dtype).reshape(kept), indices.reshape(kept)
 
 
 def kthvalue(input, k, dim=-1, keepdim=False):  # noqa: A002
@@ -57,12 +69,4 @@ def median(input, dim=-1, keepdim=False):  # noqa: A002
     n = _slice_length(input, dim, op)
     if n == 0:
         raise detcoll.InvalidArgumentError(f"{op}: a dimension of 0 elements has no median")
-    value, index = _kth(input, (n + 1) // 2, dim, bool(keepdim))
-    if not input.is_floating_point() or input.dim() == 0:
-        return torch.return_types.median((value, index))
-    nan = torch.isnan(input)
-    has_nan = nan.any(dim=dim, keepdim=bool(keepdim))
-    first_nan = nan.to(torch.uint8).argmax(dim=dim, keepdim=bool(keepdim))  # the first maximum
-    value = torch.where(has_nan, torch.full_like(value, float("nan")), value)
-    index = torch.where(has_nan, first_nan, index)
-    return torch.return_types.median((value, index))
+    return torch.return_types.median(_kth(input, (n + 1) // 2, dim, bool(keepdim), True))
