@@ -1,6 +1,6 @@
 // The C entries of bicubic upsampling's, grid_sample's and ctc_loss's backward
 // (kernels/ops/cubic.h, grid_sample.h, ctc.h), of nll_loss (losses.h), kthvalue and median
-// (selection.h) and of the writes through
+// (selection.h), crop_and_resize (crop.h) and of the writes through
 // indices, embedding_bag's max gradient and histc (kernels/ops/writes.h), and sparse x dense
 // (kernels/ops/scatter.h). The same placement and
 // run rules as detcoll_ops.cc (ops_glue.h).
@@ -10,6 +10,7 @@
 
 #include "bindings/c/detcoll.h"
 #include "bindings/c/ops_glue.h"
+#include "kernels/ops/crop.h"
 #include "kernels/ops/ctc.h"
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/grid_sample.h"
@@ -325,6 +326,85 @@ detcoll_status_t detcoll_median(void* values, int64_t* indices, const void* inpu
     return finish(Status::invalidArgument("median: a dimension of 0 elements has no median"));
   }
   return selection(values, indices, input, dtype, s);
+}
+
+namespace {
+
+kernels::ops::Crop cropOf(int64_t batch, int64_t height, int64_t width, int64_t channels,
+                          int64_t boxes, int64_t cropHeight, int64_t cropWidth, int nearest) {
+  kernels::ops::Crop c;
+  c.batch = batch;
+  c.height = height;
+  c.width = width;
+  c.channels = channels;
+  c.boxes = boxes;
+  c.cropHeight = cropHeight;
+  c.cropWidth = cropWidth;
+  c.nearest = nearest != 0;
+  return c;
+}
+
+}  // namespace
+
+detcoll_status_t detcoll_crop_and_resize(void* out, const void* image, const void* boxes,
+                                         const int64_t* box_indices, detcoll_dtype_t dtype,
+                                         int64_t batch, int64_t height, int64_t width,
+                                         int64_t channels, int64_t num_boxes, int64_t crop_height,
+                                         int64_t crop_width, int nearest,
+                                         double extrapolation_value) {
+  const char* op = "crop_and_resize";
+  int device = -1;
+  DataType type;
+  kernels::ops::Crop c =
+      cropOf(batch, height, width, channels, num_boxes, crop_height, crop_width, nearest);
+  c.extrapolation = extrapolation_value;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(
+        op, {{out, "out"}, {image, "image"}, {boxes, "boxes"}, {box_indices, "box_indices"}},
+        &device);
+  }
+  if (status.isOk()) {
+    status = run(
+        op, device,
+        DETCOLL_ON_DEVICE(cropAndResize(out, image, boxes, box_indices, type, c, stream)), [&] {
+          return kernels::ops::cropAndResize(out, image, boxes, box_indices, type, c, g_opsThreads);
+        });
+  }
+  return finish(status);
+}
+
+detcoll_status_t detcoll_crop_and_resize_backward(
+    void* grad_image, void* grad_boxes, const void* grads, const void* image, const void* boxes,
+    const int64_t* box_indices, detcoll_dtype_t dtype, int64_t batch, int64_t height, int64_t width,
+    int64_t channels, int64_t num_boxes, int64_t crop_height, int64_t crop_width, int nearest) {
+  const char* op = "crop_and_resize_backward";
+  int device = -1;
+  DataType type;
+  const kernels::ops::Crop c =
+      cropOf(batch, height, width, channels, num_boxes, crop_height, crop_width, nearest);
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) {
+    status = placeOf(op,
+                     {{grad_image, "grad_image"},
+                      {grad_boxes, "grad_boxes"},
+                      {grads, "grads"},
+                      {image, "image"},
+                      {boxes, "boxes"},
+                      {box_indices, "box_indices"}},
+                     &device);
+  }
+  if (status.isOk()) {
+    status =
+        run(op, device,
+            DETCOLL_ON_DEVICE(cropAndResizeBackward(grad_image, grad_boxes, grads, image, boxes,
+                                                    box_indices, type, c, stream)),
+            [&] {
+              return kernels::ops::cropAndResizeBackward(grad_image, grad_boxes, grads, image,
+                                                         boxes, box_indices, type, c, g_opsThreads);
+            });
+  }
+  return finish(status);
 }
 
 }  // extern "C"

@@ -232,6 +232,28 @@ void defineOps(py::module_& m) {
                     : detcoll_kthvalue(ptr(values), at, ptr(input), type, outer, length, inner, k);
     });
   });
+  m.def("crop_and_resize",
+        [](uintptr_t out, uintptr_t image, uintptr_t boxes, uintptr_t boxIndices, int dtype,
+           const std::vector<int64_t>& sizes, bool nearest, double extrapolation) {
+          if (sizes.size() != 7) throw py::value_error("crop_and_resize: 7 sizes");
+          blocking([&] {
+            return detcoll_crop_and_resize(
+                ptr(out), ptr(image), ptr(boxes), static_cast<const int64_t*>(ptr(boxIndices)),
+                static_cast<detcoll_dtype_t>(dtype), sizes[0], sizes[1], sizes[2], sizes[3],
+                sizes[4], sizes[5], sizes[6], nearest ? 1 : 0, extrapolation);
+          });
+        });
+  m.def("crop_and_resize_backward", [](uintptr_t gradImage, uintptr_t gradBoxes, uintptr_t grads,
+                                       uintptr_t image, uintptr_t boxes, uintptr_t boxIndices,
+                                       int dtype, const std::vector<int64_t>& sizes, bool nearest) {
+    if (sizes.size() != 7) throw py::value_error("crop_and_resize_backward: 7 sizes");
+    blocking([&] {
+      return detcoll_crop_and_resize_backward(
+          ptr(gradImage), ptr(gradBoxes), ptr(grads), ptr(image), ptr(boxes),
+          static_cast<const int64_t*>(ptr(boxIndices)), static_cast<detcoll_dtype_t>(dtype),
+          sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6], nearest ? 1 : 0);
+    });
+  });
   m.def("histc", [](uintptr_t out, int64_t bins, double min, double max, uintptr_t input, int64_t n,
                     int dtype) {
     blocking([&] {

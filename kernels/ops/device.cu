@@ -5,6 +5,7 @@
 
 #include "kernels/device_executor.cuh"
 #include "kernels/ops/bodies/axis_sums.h"
+#include "kernels/ops/bodies/crop.h"
 #include "kernels/ops/bodies/ctc.h"
 #include "kernels/ops/bodies/grid_sample.h"
 #include "kernels/ops/bodies/losses.h"
@@ -180,6 +181,20 @@ Status select(void* values, int64_t* indices, const void* input, DataType type, 
               void* stream) {
   DeviceExecutor e(stream);
   return bodies::select(e, values, indices, input, type, s);
+}
+
+Status cropAndResize(void* out, const void* image, const void* boxes, const int64_t* boxIndices,
+                     DataType type, const Crop& c, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::cropAndResize(e, out, image, boxes, boxIndices, type, c);
+}
+
+Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads, const void* image,
+                             const void* boxes, const int64_t* boxIndices, DataType type,
+                             const Crop& c, void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::cropAndResizeBackward(e, gradImage, gradBoxes, grads, image, boxes, boxIndices,
+                                       type, c);
 }
 
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,

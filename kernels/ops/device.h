@@ -17,6 +17,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/ops/crop.h"
 #include "kernels/ops/ctc.h"
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/grid_sample.h"
@@ -91,6 +92,11 @@ Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t
                const void* weight, DataType type, const NllLoss& l, void* stream);
 Status select(void* values, int64_t* indices, const void* input, DataType type, const Selection& s,
               void* stream);
+Status cropAndResize(void* out, const void* image, const void* boxes, const int64_t* boxIndices,
+                     DataType type, const Crop& c, void* stream);
+Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads, const void* image,
+                             const void* boxes, const int64_t* boxIndices, DataType type,
+                             const Crop& c, void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -1,8 +1,8 @@
 // The ops added for torch's patched families on the GPU (kernels/ops/device.h) against the CPU
 // reference, bit for bit: max_unpool, embedding_bag's max gradient, sparse x dense, histc, bicubic
 // upsampling's, grid_sample's and ctc_loss's backward (ctc_loss: run to run, and the CPU's up to
-// the device's exp and log), nll_loss, kthvalue and median, every dtype, random wide-range values
-// with heavy duplication. Skips, saying so, when no GPU is present.
+// the device's exp and log), nll_loss, kthvalue and median, crop_and_resize, every dtype, random
+// wide-range values with heavy duplication. Skips, saying so, when no GPU is present.
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/ops/crop.h"
 #include "kernels/ops/ctc.h"
 #include "kernels/ops/cubic.h"
 #include "kernels/ops/device.h"
@@ -267,6 +268,50 @@ TEST(OpsGpu, KthvalueAndMedian) {
       ASSERT_TRUE(device::select(dValues.get(), dIdx.ints(), dInput.get(), t, q, nullptr).isOk());
       expectSame(dValues.bytes(), cpu, t, median ? "median" : "kthvalue");
       EXPECT_EQ(dIdx.int64s(), cpuIdx) << dataTypeName(t) << (median ? " median" : " kthvalue");
+    }
+  }
+}
+
+TEST(OpsGpu, CropAndResizeAndItsGradients) {
+  DETCOLL_SKIP_WITHOUT_GPU("the GPU ops are");
+  Crop c;
+  c.batch = 4;
+  c.height = 64;
+  c.width = 80;
+  c.channels = 32;
+  c.boxes = 300;
+  c.cropHeight = 7;
+  c.cropWidth = 9;
+  c.extrapolation = 0.25;
+  std::mt19937_64 gen(191);
+  std::uniform_real_distribution<double> u(-0.2, 1.2);  // some boxes past the image
+  std::vector<double> boxList(4 * c.boxes);
+  for (double& v : boxList) v = u(gen);
+  const std::vector<int64_t> index = opIndices(c.boxes, 0, c.batch, 192);
+  for (bool nearest : {false, true}) {
+    c.nearest = nearest;
+    for (DataType t : testing::kFloatTypes) {
+      const Bytes image = opValues(t, c.batch * c.height * c.width * c.channels, 193);
+      const Bytes boxes = testing::fromDoubles(boxList, t);
+      const Bytes grads = opValues(t, c.boxes * 63 * c.channels, 194);
+      Bytes out(grads.size()), gi(image.size()), gb(boxes.size());
+      ASSERT_TRUE(
+          cropAndResize(out.data(), image.data(), boxes.data(), index.data(), t, c, 0).isOk());
+      ASSERT_TRUE(cropAndResizeBackward(gi.data(), gb.data(), grads.data(), image.data(),
+                                        boxes.data(), index.data(), t, c, 0)
+                      .isOk());
+      Device dImage(image), dBoxes(boxes), dIndex(index), dGrads(grads),
+          dOut(Bytes(out.size(), 0xab)), dGi(Bytes(gi.size(), 0xab)), dGb(Bytes(gb.size(), 0xab));
+      ASSERT_TRUE(device::cropAndResize(dOut.get(), dImage.get(), dBoxes.get(), dIndex.ints(), t, c,
+                                        nullptr)
+                      .isOk());
+      ASSERT_TRUE(device::cropAndResizeBackward(dGi.get(), dGb.get(), dGrads.get(), dImage.get(),
+                                                dBoxes.get(), dIndex.ints(), t, c, nullptr)
+                      .isOk());
+      const std::string what = nearest ? "crop_and_resize nearest" : "crop_and_resize bilinear";
+      expectSame(dOut.bytes(), out, t, what);
+      expectSame(dGi.bytes(), gi, t, what + ": the image's gradient");
+      expectSame(dGb.bytes(), gb, t, what + ": the boxes' gradient");
     }
   }
 }

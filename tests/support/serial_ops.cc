@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/ops/bodies/axis_sums.h"
+#include "kernels/ops/bodies/crop.h"
 #include "kernels/ops/bodies/ctc.h"
 #include "kernels/ops/bodies/grid_sample.h"
 #include "kernels/ops/bodies/losses.h"
@@ -171,6 +172,20 @@ Status select(void* values, int64_t* indices, const void* input, DataType type,
               const kernels::ops::Selection& s) {
   SerialExecutor e;
   return bodies::select(e, values, indices, input, type, s);
+}
+
+Status cropAndResize(void* out, const void* image, const void* boxes, const int64_t* boxIndices,
+                     DataType type, const kernels::ops::Crop& c) {
+  SerialExecutor e;
+  return bodies::cropAndResize(e, out, image, boxes, boxIndices, type, c);
+}
+
+Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads, const void* image,
+                             const void* boxes, const int64_t* boxIndices, DataType type,
+                             const kernels::ops::Crop& c) {
+  SerialExecutor e;
+  return bodies::cropAndResizeBackward(e, gradImage, gradBoxes, grads, image, boxes, boxIndices,
+                                       type, c);
 }
 
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,

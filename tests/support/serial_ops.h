@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/ops/crop.h"
 #include "kernels/ops/ctc.h"
 #include "kernels/ops/grid_sample.h"
 #include "kernels/ops/losses.h"
@@ -86,6 +87,11 @@ Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t
                const void* weight, DataType type, const kernels::ops::NllLoss& l);
 Status select(void* values, int64_t* indices, const void* input, DataType type,
               const kernels::ops::Selection& s);
+Status cropAndResize(void* out, const void* image, const void* boxes, const int64_t* boxIndices,
+                     DataType type, const kernels::ops::Crop& c);
+Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads, const void* image,
+                             const void* boxes, const int64_t* boxIndices, DataType type,
+                             const kernels::ops::Crop& c);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -2,13 +2,14 @@
 crop_and_resize (tf.image.crop_and_resize) and sparse_dense_matmul
 (tf.sparse.sparse_dense_matmul), each with a deterministic backward.
 
-crop_and_resize: the forward gathers; the image's gradient adds each crop position's gradient
-times its bilinear weights into the four pixels it read (top-left, top-right, bottom-left,
-bottom-right), in the order of the boxes, rows, columns and channels, through detcoll's
-index_add; the boxes' gradient sums each box's terms over positions and channels with detcoll's
-fixed tree (ops.sum). sparse_dense_matmul: row r of the result adds value × dense[column] for the
-nonzeros of row r in the order they are given, through detcoll_sparse_dense_matmul; the dense operand's gradient is
-the same product with the sparse matrix transposed (README, "Deterministic ops").
+crop_and_resize: detcoll_crop_and_resize and its backward (kernels/ops/crop.h). The forward
+gathers; the image's gradient adds each crop position's gradient times its bilinear weights into
+the four pixels it read (top-left, top-right, bottom-left, bottom-right), in the order of the
+boxes, positions and corners, per channel; the boxes' gradient sums each box's terms over
+positions and channels in order. sparse_dense_matmul: row r of the result adds value ×
+dense[column] for the nonzeros of row r in the order they are given, through
+detcoll_sparse_dense_matmul; the dense operand's gradient is the same product with the sparse
+matrix transposed (README, "Deterministic ops").
 """
 
 import torch
@@ -17,8 +18,8 @@ from torch.autograd.function import once_differentiable
 import detcoll
 from detcoll import _detcoll
 from detcoll.torch import ops
-from detcoll.torch._tensors import DTYPES
 from detcoll.torch._op_args import _floating, _indices, _same_dtype
+from detcoll.torch._tensors import DTYPES
 
 
 def _one_device(op, first, *named):
@@ -29,103 +30,36 @@ def _one_device(op, first, *named):
                 f"{op}: {name} is on {t.device} and the other inputs on {first.device}")
 
 
-def _crop_geometry(boxes, size, image_size):
-    """TensorFlow's source coordinate of each crop position along one axis, per box: (coords
-    [boxes, size], d coord / d start, d coord / d end)."""
-    lo, hi = boxes
-    span = image_size - 1
-    if size > 1:
-        k = torch.arange(size, device=lo.device).to(lo.dtype)
-        # Divisors as tensors on the data's device: CUDA divides by a Python number as a
-        # multiply by its reciprocal, which is not the CPU's division.
-        steps = torch.full_like(lo, size - 1)
-        scale = (hi - lo) * span / steps
-        coords = lo.unsqueeze(1) * span + k * scale.unsqueeze(1)
-        fraction = k / torch.full_like(k, size - 1)
-        d_lo = (span * (1 - fraction)).expand_as(coords)
-        d_hi = (span * k / torch.full_like(k, size - 1)).expand_as(coords)
-    else:
-        coords = (0.5 * (lo + hi) * span).unsqueeze(1)
-        d_lo = d_hi = torch.full_like(coords, 0.5 * span)
-    return coords, d_lo, d_hi
-
-
 class _CropAndResize(torch.autograd.Function):
+    """detcoll_crop_and_resize and detcoll_crop_and_resize_backward (kernels/ops/crop.h)."""
+
     @staticmethod
     def forward(ctx, image, boxes, box_indices, crop_size, method, extrapolation_value):
         n, height, width, channels = image.shape
-        ch, cw = crop_size
-        count = boxes.shape[0]
-        ys, dy1, dy2 = _crop_geometry((boxes[:, 0], boxes[:, 2]), ch, height)
-        xs, dx1, dx2 = _crop_geometry((boxes[:, 1], boxes[:, 3]), cw, width)
-        inside = ((ys >= 0) & (ys <= height - 1)).unsqueeze(2) & \
-            ((xs >= 0) & (xs <= width - 1)).unsqueeze(1)                   # [boxes, ch, cw]
-        planes = image.reshape(n, height * width, channels)[box_indices]      # [boxes, HW, C]
-        shape = (count, ch * cw)
-
-        def at(r, c):
-            where = (r.long().unsqueeze(2) * width + c.long().unsqueeze(1)).reshape(shape)
-            return where, torch.gather(planes, 1, where.unsqueeze(2).expand(-1, -1, channels))
-
-        top, left = ys.floor().clamp(0, height - 1), xs.floor().clamp(0, width - 1)
-        bottom, right = ys.ceil().clamp(0, height - 1), xs.ceil().clamp(0, width - 1)
-        y_lerp, x_lerp = (ys - ys.floor()).unsqueeze(2), (xs - xs.floor()).unsqueeze(1)
-        (tl, tl_v), (tr, tr_v) = at(top, left), at(top, right)
-        (bl, bl_v), (br, br_v) = at(bottom, left), at(bottom, right)
-        xl = x_lerp.expand(-1, ch, -1).reshape(shape + (1,))
-        yl = y_lerp.expand(-1, -1, cw).reshape(shape + (1,))
-        # The boxes' gradient is the bilinear one for both methods, as TensorFlow's.
-        ctx.box_terms = (tl_v, tr_v, bl_v, br_v, xl, yl, dy1, dy2, dx1, dx2)
-        if method == "nearest":
-            # TensorFlow's roundf: half away from zero (the coordinates here are >= 0).
-            y = (ys.floor() + (ys - ys.floor() >= 0.5).to(ys.dtype)).clamp(0, height - 1)
-            x = (xs.floor() + (xs - xs.floor() >= 0.5).to(xs.dtype)).clamp(0, width - 1)
-            where, out = at(y, x)
-            corners = [(where, None)]
-        else:
-            upper = tl_v + (tr_v - tl_v) * xl
-            lower = bl_v + (br_v - bl_v) * xl
-            out = upper + (lower - upper) * yl
-            corners = [(tl, (1 - yl) * (1 - xl)), (tr, (1 - yl) * xl), (bl, yl * (1 - xl)),
-                       (br, yl * xl)]
-        mask = inside.reshape(count, ch * cw, 1)
-        out = torch.where(mask, out, torch.full_like(out, extrapolation_value))
-        ctx.corners, ctx.mask, ctx.box_indices = corners, mask, box_indices
-        ctx.image_shape = image.shape
-        return out.reshape(count, ch, cw, channels)
+        sizes = [n, height, width, channels, boxes.shape[0], crop_size[0], crop_size[1]]
+        out = torch.empty(boxes.shape[0], crop_size[0], crop_size[1], channels,
+                          dtype=image.dtype, device=image.device)
+        # image, boxes and box_indices are contiguous (_floating, _indices).
+        _detcoll.crop_and_resize(out.data_ptr(), image.data_ptr(), boxes.data_ptr(),
+                                 box_indices.data_ptr(), DTYPES[image.dtype], sizes,
+                                 method == "nearest", extrapolation_value)
+        ctx.save_for_backward(image, boxes, box_indices)
+        ctx.sizes, ctx.nearest = sizes, method == "nearest"
+        return out
 
     @staticmethod
     @once_differentiable  # detcoll's kernels write through pointers: no graph
     def backward(ctx, grad):
-        n, height, width, channels = ctx.image_shape
-        boxes, positions = ctx.mask.shape[:2]
-        g = torch.where(ctx.mask, grad.reshape(boxes, positions, channels), torch.zeros(
-            (), dtype=grad.dtype, device=grad.device))                      # [boxes, P, C]
-        # Image: every (box, position, corner) adds weight × gradient into its pixel, per channel.
-        where, src = [], []
-        plane = ctx.box_indices.reshape(-1, 1) * (height * width)
-        for index, weight in ctx.corners:
-            where.append(index + plane)
-            src.append(g if weight is None else weight * g)
-        where = torch.stack(where, 2).reshape(-1)                           # box, position, corner
-        src = torch.stack(src, 2).reshape(-1, channels)
-        image_grad = torch.zeros(n * height * width, channels, dtype=grad.dtype,
-                                 device=grad.device)
-        if where.numel() and channels:
-            ops.index_add_(image_grad, 0, where, src.contiguous())
-        image_grad = image_grad.reshape(ctx.image_shape)
-        tl_v, tr_v, bl_v, br_v, xl, yl, dy1, dy2, dx1, dx2 = ctx.box_terms
-        upper = tl_v + (tr_v - tl_v) * xl
-        lower = bl_v + (br_v - bl_v) * xl
-        along_y = ops.sum(g * (lower - upper), dim=2)                        # [boxes, P]
-        along_x = ops.sum(g * ((tr_v - tl_v) * (1 - yl) + (br_v - bl_v) * yl), dim=2)
-        ch, cw = dy1.shape[1], dx1.shape[1]
-        per_y = lambda d: d.unsqueeze(2).expand(-1, -1, cw).reshape(boxes, positions)  # noqa: E731
-        per_x = lambda d: d.unsqueeze(1).expand(-1, ch, -1).reshape(boxes, positions)  # noqa: E731
-        box_grad = torch.stack([ops.sum(along_y * per_y(dy1), dim=1),
-                                ops.sum(along_x * per_x(dx1), dim=1),
-                                ops.sum(along_y * per_y(dy2), dim=1),
-                                ops.sum(along_x * per_x(dx2), dim=1)], 1)
+        image, boxes, box_indices = ctx.saved_tensors
+        grads = grad.contiguous()
+        want_image, want_boxes = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        image_grad = torch.empty_like(image) if want_image else None
+        box_grad = torch.empty_like(boxes) if want_boxes else None
+        _detcoll.crop_and_resize_backward(
+            0 if image_grad is None else image_grad.data_ptr(),
+            0 if box_grad is None else box_grad.data_ptr(), grads.data_ptr(), image.data_ptr(),
+            boxes.data_ptr(), box_indices.data_ptr(), DTYPES[image.dtype], ctx.sizes,
+            ctx.nearest)
         return image_grad, box_grad, None, None, None, None
 
 
