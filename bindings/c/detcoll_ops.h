@@ -82,6 +82,13 @@ DETCOLL_API detcoll_status_t detcoll_upsample_linear_backward(
     void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes,
     const int64_t* input_spatial, const int64_t* output_spatial, int spatial, int align_corners,
     const double* scales);
+/* The backward of nearest upsampling, 1 to 3 spatial dimensions: grad_input [planes,
+ * *input_spatial] from grad_output [planes, *output_spatial]; scales as the forward was given
+ * them (<= 0 or NULL: none). Each output's gradient into the input torch's nearest_idx names,
+ * output positions in order. */
+DETCOLL_API detcoll_status_t detcoll_upsample_nearest_backward(
+    void* grad_input, const void* grad_output, detcoll_dtype_t dtype, int64_t planes,
+    const int64_t* input_spatial, const int64_t* output_spatial, int spatial, const double* scales);
 /* The backward of average pooling, 2 or 3 spatial dimensions (kernel, stride and padding one per
  * dimension; divisor_override 0: none), and of adaptive average pooling: grad_input [planes,
  * *input_spatial] from grad_output [planes, *pooled]. Each output's gradient divided as torch

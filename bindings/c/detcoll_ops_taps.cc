@@ -83,6 +83,32 @@ detcoll_status_t detcoll_upsample_linear_backward(void* grad_input, const void* 
   return finish(status);
 }
 
+detcoll_status_t detcoll_upsample_nearest_backward(void* grad_input, const void* grad_output,
+                                                   detcoll_dtype_t dtype, int64_t planes,
+                                                   const int64_t* input_spatial,
+                                                   const int64_t* output_spatial, int spatial,
+                                                   const double* scales) {
+  const char* op = "upsample_nearest_backward";
+  int device = -1;
+  DataType type;
+  Status status = gradientCall(op, dtype, spatial, 1, 3, input_spatial && output_spatial,
+                               "their sizes", grad_input, grad_output, &type, &device);
+  if (status.isOk()) {
+    const kernels::ops::Shape in(input_spatial, input_spatial + spatial),
+        out(output_spatial, output_spatial + spatial);
+    const std::vector<double> s =
+        scales ? std::vector<double>(scales, scales + spatial) : std::vector<double>();
+    status = run(op, device,
+                 DETCOLL_ON_DEVICE(upsampleNearestBackward(grad_input, grad_output, type, planes,
+                                                           in, out, s, stream)),
+                 [&] {
+                   return kernels::ops::upsampleNearestBackward(grad_input, grad_output, type,
+                                                                planes, in, out, s, g_opsThreads);
+                 });
+  }
+  return finish(status);
+}
+
 detcoll_status_t detcoll_weighted_scatter(void* out, int64_t planes, int64_t out_inner,
                                           detcoll_dtype_t dtype, const int64_t* destination,
                                           int64_t n, const void* values, int64_t values_inner,

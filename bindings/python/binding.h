@@ -41,6 +41,7 @@ inline void* ptr(uintptr_t address) {
 }
 
 void defineOps(py::module_& m);
+void defineFamilies(py::module_& m);
 void defineRandom(py::module_& m);
 void defineDebug(py::module_& m);
 

@@ -336,6 +336,7 @@ PYBIND11_MODULE(_detcoll, m) {
         });
 
   defineOps(m);
+  defineFamilies(m);
   defineDebug(m);
   defineRandom(m);
 }

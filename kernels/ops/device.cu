@@ -197,6 +197,15 @@ Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads
                                        type, c);
 }
 
+Status upsampleNearestBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, const std::vector<double>& scales,
+                               void* stream) {
+  DeviceExecutor e(stream);
+  return bodies::upsampleNearestBackward(e, gradInput, gradOutput, type, planes, inputSpatial,
+                                         outputSpatial, scales);
+}
+
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream) {
   DeviceExecutor e(stream);

@@ -97,6 +97,10 @@ Status cropAndResize(void* out, const void* image, const void* boxes, const int6
 Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads, const void* image,
                              const void* boxes, const int64_t* boxIndices, DataType type,
                              const Crop& c, void* stream);
+Status upsampleNearestBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, const std::vector<double>& scales,
+                               void* stream);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, void* stream);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -202,6 +202,41 @@ Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool al
   return Status::ok();
 }
 
+Status nearestTaps(const Shape& inputSpatial, const Shape& outputSpatial,
+                   const std::vector<double>& scales, Taps* taps) {
+  const char* op = "upsample_nearest_backward";
+  DETCOLL_RETURN_IF_ERROR(spatialOf(op, inputSpatial.size()));
+  const size_t rank = inputSpatial.size();
+  if (outputSpatial.size() != rank || scales.size() > rank) {
+    return Status::invalidArgument(std::string(op) +
+                                   ": the input's, the output's and the scales' dimensions differ");
+  }
+  std::vector<Axis<float>> axes(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    const int64_t n = inputSpatial[a], m = outputSpatial[a];
+    if (n < 1 || m < 1) {
+      return Status::invalidArgument(std::string(op) + ": a spatial size is 0 or negative");
+    }
+    const double scale = a < scales.size() ? scales[a] : 0.0;
+    const float step = static_cast<float>(
+        scale > 0 ? 1.0 / scale : static_cast<double>(n) / static_cast<double>(m));
+    Axis<float>& axis = axes[a];
+    axis.inputs = n;
+    axis.outputs = m;
+    axis.index.resize(static_cast<size_t>(m));
+    for (int64_t o = 0; o < m; ++o) {
+      axis.index[o] =
+          m == n ? o
+          : m == 2 * n
+              ? o / 2
+              : std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * step)), n - 1);
+    }
+  }
+  std::vector<float> none;
+  combine(axes, &none, taps);
+  return Status::ok();
+}
+
 Status avgPoolTaps(const Shape& inputSpatial, const AvgPool& pool, Taps* taps,
                    std::vector<int64_t>* divisors) {
   const char* op = "avg_pool_backward";
@@ -335,6 +370,16 @@ Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType 
   DETCOLL_RETURN_IF_ERROR(linearTaps(inputSpatial, outputSpatial, alignCorners, scales,
                                      type == DataType::kFloat64, &taps));
   return scatterTaps("upsample_linear_backward", taps, gradInput, gradOutput, type, planes,
+                     threads);
+}
+
+Status upsampleNearestBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, const std::vector<double>& scales,
+                               int threads) {
+  Taps taps;
+  DETCOLL_RETURN_IF_ERROR(nearestTaps(inputSpatial, outputSpatial, scales, &taps));
+  return scatterTaps("upsample_nearest_backward", taps, gradInput, gradOutput, type, planes,
                      threads);
 }
 

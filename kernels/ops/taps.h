@@ -73,6 +73,13 @@ O linearRatio(int64_t n, int64_t m, bool alignCorners, double scale) {
 Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool alignCorners,
                   const std::vector<double>& scales, bool wide, Taps* taps);
 
+// The taps of nearest upsampling's backward, 1 to 3 spatial dimensions: output o of an axis of n
+// inputs and m outputs reads o (m == n), o / 2 (m == 2 n), else min(floor(float(o) · step), n - 1)
+// in float32, step = float(1 / scale) where the forward had a scale, float(n / m) otherwise
+// (torch's nearest_idx). Weight 1.
+Status nearestTaps(const Shape& inputSpatial, const Shape& outputSpatial,
+                   const std::vector<double>& scales, Taps* taps);
+
 // Average pooling's parameters per spatial axis (2 or 3 of them).
 struct AvgPool {
   Shape kernel, stride, padding;
@@ -127,6 +134,10 @@ Status upsampleLinearBackward(void* gradInput, const void* gradOutput, DataType 
                               bool alignCorners, const std::vector<double>& scales, int threads);
 Status avgPoolBackward(void* gradInput, const void* gradOutput, DataType type, int64_t planes,
                        const Shape& inputSpatial, const AvgPool& pool, int threads);
+Status upsampleNearestBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, const std::vector<double>& scales,
+                               int threads);
 // Max pooling's backward through its indices: gradOutput and indices [planes, outputs], each
 // index a position of its plane's `inner` inputs; each output's gradient added into the input
 // its index names, output positions in order, from zero.

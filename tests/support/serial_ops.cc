@@ -188,6 +188,14 @@ Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads
                                        type, c);
 }
 
+Status upsampleNearestBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, const std::vector<double>& scales) {
+  SerialExecutor e;
+  return bodies::upsampleNearestBackward(e, gradInput, gradOutput, type, planes, inputSpatial,
+                                         outputSpatial, scales);
+}
+
 Status weightedScatter(void* out, int64_t planes, int64_t outInner, DataType type,
                        const int64_t* destination, int64_t n, const void* values,
                        int64_t valuesInner, const int64_t* rows, const void* weights) {

@@ -92,6 +92,9 @@ Status cropAndResize(void* out, const void* image, const void* boxes, const int6
 Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads, const void* image,
                              const void* boxes, const int64_t* boxIndices, DataType type,
                              const kernels::ops::Crop& c);
+Status upsampleNearestBackward(void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, const std::vector<double>& scales);
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out);
 Status biasAddGrad(const void* grad, const Shape& shape, DataType type, bool channelsFirst,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/support/op_data.h"
+#include "tests/support/serial_ops.h"
 
 namespace detcoll::kernels::ops {
 namespace {
@@ -57,6 +58,42 @@ TEST(PadBackward, ReflectionAndReplicationMatchTheLoop) {
       EXPECT_TRUE(sameBits(out, expected)) << (reflect ? "reflect" : "replicate");
     }
   }
+}
+
+TEST(UpsampleNearestBackward, MatchesTheLoopAndTheSerialRun) {
+  std::mt19937_64 g(63);
+  const int64_t planes = 3;
+  // Axes equal, doubled, and neither (with and without a scale factor).
+  const Shape in{4, 5, 6}, out{4, 10, 13};
+  const std::vector<double> scales{0.0, 0.0, 2.3};
+  const std::vector<float> up = testing::wideFloats(planes * 4 * 10 * 13, g);
+  std::vector<float> expected(planes * 120, 0.0f);
+  const float step = static_cast<float>(1.0 / 2.3);
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t d = 0; d < 4; ++d) {
+      for (int64_t y = 0; y < 10; ++y) {
+        for (int64_t x = 0; x < 13; ++x) {
+          const int64_t xi =
+              std::min(static_cast<int64_t>(std::floor(static_cast<float>(x) * step)), int64_t{5});
+          float& acc = expected[((p * 4 + d) * 5 + y / 2) * 6 + xi];
+          acc = acc + up[((p * 4 + d) * 10 + y) * 13 + x];
+        }
+      }
+    }
+  }
+  std::vector<float> out3(planes * 120, 9.0f), serial(planes * 120, 8.0f);
+  ASSERT_TRUE(upsampleNearestBackward(out3.data(), up.data(), DataType::kFloat32, planes, in, out,
+                                      scales, 3)
+                  .isOk());
+  ASSERT_TRUE(testing::serial::upsampleNearestBackward(serial.data(), up.data(), DataType::kFloat32,
+                                                       planes, in, out, scales)
+                  .isOk());
+  EXPECT_TRUE(sameBits(out3, expected));
+  EXPECT_TRUE(sameBits(serial, expected));
+  EXPECT_EQ(upsampleNearestBackward(out3.data(), up.data(), DataType::kFloat32, planes, {4, 0},
+                                    {4, 10}, {}, 1)
+                .message(),
+            "upsample_nearest_backward: a spatial size is 0 or negative");
 }
 
 TEST(UpsampleLinearBackward, OneDimensionMatchesTheLoopAndThreeIsCloseToFloat64) {

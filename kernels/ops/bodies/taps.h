@@ -65,6 +65,15 @@ Status upsampleLinearBackward(E& e, void* gradInput, const void* gradOutput, Dat
   return scatterTaps(e, "upsample_linear_backward", taps, gradInput, gradOutput, type, planes);
 }
 
+template <typename E>
+Status upsampleNearestBackward(E& e, void* gradInput, const void* gradOutput, DataType type,
+                               int64_t planes, const Shape& inputSpatial,
+                               const Shape& outputSpatial, const std::vector<double>& scales) {
+  Taps taps;
+  DETCOLL_RETURN_IF_ERROR(nearestTaps(inputSpatial, outputSpatial, scales, &taps));
+  return scatterTaps(e, "upsample_nearest_backward", taps, gradInput, gradOutput, type, planes);
+}
+
 // Average pooling (plain or adaptive): the divisions as a body over planes x outputs, on the
 // executor, then the taps' scatter.
 template <typename E>

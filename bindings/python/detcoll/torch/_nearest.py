@@ -4,28 +4,17 @@ Each output position reads one input position, torch's `nearest_idx`: the same p
 sizes are equal, half of it when the output is twice the input, otherwise
 min(floor(dst · scale), in - 1) in float32, with scale = 1 / scale_factor where the forward was
 given one and in / out otherwise. The backward adds each output position's gradient into the
-input position it read, through detcoll's index_add, in the order of the output positions
-(row-major), from zero: the order of torch's CPU loop, where its CUDA kernel adds with atomicAdd.
+input position it read, in the order of the output positions (row-major), from zero
+(detcoll_upsample_nearest_backward): the order of torch's CPU loop, where its CUDA kernel adds
+with atomicAdd.
 """
 
 import torch
 
 import detcoll
-from detcoll.torch import ops
+from detcoll import _detcoll
 from detcoll.torch._op_args import _floating
-
-
-def _sources(out, size, scale, device):
-    """The input position each of `out` output positions reads along one axis of `size`."""
-    dst = torch.arange(out, device=device)
-    if out == size:
-        return dst
-    if out == 2 * size:
-        return dst // 2
-    step = (1.0 / scale) if scale is not None and scale > 0 else size / out
-    step = torch.tensor(step, dtype=torch.float32, device=device)  # torch's float scale
-    return torch.minimum((dst.to(torch.float32) * step).floor().long(),
-                         torch.tensor(size - 1, device=device))
+from detcoll.torch._tensors import DTYPES
 
 
 def upsample_nearest_backward(grad_output, output_size, input_size, scales=None):
@@ -43,19 +32,15 @@ def upsample_nearest_backward(grad_output, output_size, input_size, scales=None)
     if list(g.shape) != input_size[:2] + output_size:
         raise detcoll.InvalidArgumentError(
             f"{op}: grad_output {list(g.shape)} is not {input_size[:2] + output_size}")
-    scales = list(scales or ())
-    scales += [None] * (spatial - len(scales))  # the overloads' defaults may be left out
-    linear = torch.zeros((), dtype=torch.int64, device=g.device)
-    for axis in range(spatial):
-        src = _sources(output_size[axis], input_size[2 + axis], scales[axis], g.device)
-        linear = (linear * input_size[2 + axis]).unsqueeze(-1) + src
-    planes = input_size[0] * input_size[1]
-    inner = 1
-    for s in input_size[2:]:
-        inner *= s
-    out = torch.zeros(planes, inner, dtype=g.dtype, device=g.device)
-    ops.index_add_(out, 1, linear.reshape(-1), g.reshape(planes, -1))
-    return out.reshape(input_size)
+    scales = list(scales or ())[:spatial]
+    scales = [-1.0 if v is None else float(v) for v in scales]
+    out = torch.empty(input_size, dtype=g.dtype, device=g.device)
+    if out.numel():
+        # detcoll_upsample_nearest_backward (kernels/ops/taps.h); g is contiguous (_floating).
+        _detcoll.upsample_nearest_backward(out.data_ptr(), g.data_ptr(), DTYPES[g.dtype],
+                                           input_size[0] * input_size[1], input_size[2:],
+                                           output_size, scales)
+    return out
 
 
 def upsample_nearest_backward_vec(grad_output, output_size, input_size, scale_factors):
