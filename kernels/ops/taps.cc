@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kernels/ops/segment.h"
 
@@ -17,11 +18,10 @@ struct Axis {
   std::vector<O> weight;  // empty: 1
 };
 
-// The taps of every output position, the axes' taps combined row-major; weights multiplied
-// first axis first, in O. Axes are padded in front to three with one-position, one-tap axes of
-// weight 1 (1 · w is w exactly), so the loops are the same for every rank.
+// Separable taps: the axes, padded in front to three with one-position, one-tap axes of weight
+// 1, kept for expandTaps or an executor's CombineBody.
 template <typename O>
-void combine(std::vector<Axis<O>> axes, std::vector<O>* weights, Taps* taps) {
+void combine(std::vector<Axis<O>> axes, Taps* taps) {
   const bool weighted = !axes.front().weight.empty();
   while (axes.size() < 3) {
     Axis<O> unit;
@@ -30,33 +30,48 @@ void combine(std::vector<Axis<O>> axes, std::vector<O>* weights, Taps* taps) {
     if (weighted) unit.weight = {O(1)};
     axes.insert(axes.begin(), unit);
   }
-  const Axis<O>&a = axes[0], &b = axes[1], &c = axes[2];
-  const int64_t outputs = a.outputs * b.outputs * c.outputs, per = a.taps * b.taps * c.taps;
-  taps->inputs = a.inputs * b.inputs * c.inputs;
-  taps->outputs = outputs;
-  taps->destination.resize(static_cast<size_t>(outputs * per));
-  if (per > 1) taps->rows.resize(static_cast<size_t>(outputs * per));
-  if (weighted) weights->resize(static_cast<size_t>(outputs * per));
-  int64_t at = 0, flat = 0;
-  for (int64_t oa = 0; oa < a.outputs; ++oa) {
-    for (int64_t ob = 0; ob < b.outputs; ++ob) {
-      for (int64_t oc = 0; oc < c.outputs; ++oc, ++flat) {
-        for (int64_t ta = 0; ta < a.taps; ++ta) {
-          const int64_t ja = oa * a.taps + ta;
-          for (int64_t tb = 0; tb < b.taps; ++tb) {
-            const int64_t jb = ob * b.taps + tb;
-            for (int64_t tc = 0; tc < c.taps; ++tc, ++at) {
-              const int64_t jc = oc * c.taps + tc;
-              taps->destination[at] =
-                  (a.index[ja] * b.inputs + b.index[jb]) * c.inputs + c.index[jc];
-              if (per > 1) taps->rows[at] = flat;
-              if (weighted) (*weights)[at] = (a.weight[ja] * b.weight[jb]) * c.weight[jc];
-            }
-          }
-        }
-      }
+  taps->axes.assign(3, TapAxis{});
+  taps->inputs = taps->outputs = 1;
+  for (int a = 0; a < 3; ++a) {
+    TapAxis& t = taps->axes[a];
+    t.inputs = axes[a].inputs;
+    t.outputs = axes[a].outputs;
+    t.taps = axes[a].taps;
+    t.index = axes[a].index;
+    if constexpr (std::is_same_v<O, double>) {
+      t.weight64 = axes[a].weight;
+    } else {
+      t.weight32 = axes[a].weight;
+    }
+    taps->inputs *= t.inputs;
+    taps->outputs *= t.outputs;
+  }
+}
+
+template <typename O>
+void expandAs(Taps* taps, std::vector<O>* weights) {
+  CombineBody<O> body{};
+  const bool weighted = !taps->axes[0].weight32.empty() || !taps->axes[0].weight64.empty();
+  for (int a = 0; a < 3; ++a) {
+    const TapAxis& t = taps->axes[a];
+    body.inputs[a] = t.inputs;
+    body.outputs[a] = t.outputs;
+    body.taps[a] = t.taps;
+    body.index[a] = t.index.data();
+    if constexpr (std::is_same_v<O, double>) {
+      body.weight[a] = weighted ? t.weight64.data() : nullptr;
+    } else {
+      body.weight[a] = weighted ? t.weight32.data() : nullptr;
     }
   }
+  const int64_t per = body.taps[0] * body.taps[1] * body.taps[2], n = taps->outputs * per;
+  taps->destination.resize(static_cast<size_t>(n));
+  if (per > 1) taps->rows.resize(static_cast<size_t>(n));
+  if (weighted) weights->resize(static_cast<size_t>(n));
+  body.destination = taps->destination.data();
+  body.rows = per > 1 ? taps->rows.data() : nullptr;
+  body.weights = weighted ? weights->data() : nullptr;
+  for (int64_t at = 0; at < n; ++at) body(at);
 }
 
 // One axis of a window op: output o reads the inputs [lo[o], hi[o]).
@@ -131,6 +146,15 @@ Axis<O> linearAxis(int64_t n, int64_t m, bool align, double scale) {
 
 }  // namespace
 
+void expandTaps(Taps* taps) {
+  if (taps->axes.empty() || !taps->destination.empty()) return;
+  if (!taps->axes[0].weight64.empty()) {
+    expandAs(taps, &taps->weights64);
+  } else {
+    expandAs(taps, &taps->weights32);
+  }
+}
+
 Status padTaps(const Shape& inputSpatial, const std::vector<int64_t>& padding, bool reflect,
                Taps* taps) {
   const char* op = reflect ? "reflection_pad_backward" : "replication_pad_backward";
@@ -166,8 +190,7 @@ Status padTaps(const Shape& inputSpatial, const std::vector<int64_t>& padding, b
       axis.index[o] = i;
     }
   }
-  std::vector<float> none;
-  combine(axes, &none, taps);
+  combine(axes, taps);
   return Status::ok();
 }
 
@@ -185,19 +208,19 @@ Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool al
       return Status::invalidArgument(std::string(op) + ": a spatial size is 0 or negative");
     }
   }
-  auto build = [&](auto zero, auto* weights) {
+  auto build = [&](auto zero) {
     using O = decltype(zero);
     std::vector<Axis<O>> axes;
     for (size_t a = 0; a < rank; ++a) {
       axes.push_back(linearAxis<O>(inputSpatial[a], outputSpatial[a], alignCorners,
                                    a < scales.size() ? scales[a] : 0.0));
     }
-    combine(axes, weights, taps);
+    combine(axes, taps);
   };
   if (wide) {
-    build(0.0, &taps->weights64);
+    build(0.0);
   } else {
-    build(0.0f, &taps->weights32);
+    build(0.0f);
   }
   return Status::ok();
 }
@@ -232,8 +255,7 @@ Status nearestTaps(const Shape& inputSpatial, const Shape& outputSpatial,
               : std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * step)), n - 1);
     }
   }
-  std::vector<float> none;
-  combine(axes, &none, taps);
+  combine(axes, taps);
   return Status::ok();
 }
 
@@ -339,8 +361,9 @@ Status adaptiveAvgPoolTaps(const Shape& inputSpatial, const Shape& outputSpatial
 
 namespace {
 
-Status scatterTaps(const char* op, const Taps& taps, void* gradInput, const void* gradOutput,
+Status scatterTaps(const char* op, Taps& taps, void* gradInput, const void* gradOutput,
                    DataType type, int64_t planes, int threads) {
+  expandTaps(&taps);
   if (planes < 0) return Status::invalidArgument(std::string(op) + ": negative size");
   const bool wide = type == DataType::kFloat64;
   if (taps.weights() != nullptr && wide != !taps.weights64.empty()) {
@@ -386,7 +409,7 @@ Status upsampleNearestBackward(void* gradInput, const void* gradOutput, DataType
 namespace {
 
 // The shares (DivideShares over planes x outputs), then the taps' scatter.
-Status scatterShares(const char* op, const Taps& taps, const std::vector<int64_t>& divisors,
+Status scatterShares(const char* op, Taps& taps, const std::vector<int64_t>& divisors,
                      void* gradInput, const void* gradOutput, DataType type, int64_t planes,
                      int threads) {
   if (planes < 0) return Status::invalidArgument(std::string(op) + ": negative size");

@@ -42,19 +42,59 @@
 
 namespace detcoll::kernels::ops {
 
+// One axis of separable taps: `taps` per output position of the axis, the input position
+// index[o · taps + k] with its weight (weight32 or weight64; both empty: 1).
+struct TapAxis {
+  int64_t inputs = 1, outputs = 1, taps = 1;
+  std::vector<int64_t> index{0};
+  std::vector<float> weight32;
+  std::vector<double> weight64;
+};
+
 // A backward's taps: for every tap in order, the input position it adds into (destination), the
 // output position it reads (rows; empty: one tap per output, in order) and its weight (weights32
-// for float32, float16 and bfloat16, weights64 for float64; both empty: 1).
+// for float32, float16 and bfloat16, weights64 for float64; both empty: 1). Separable taps
+// (padding, linear and nearest upsampling) come as their three axes (padded in front with
+// one-position axes) and are expanded into those arrays where they run: by expandTaps on the
+// host, by CombineBody on an executor, so a device receives the axes, not outputs x taps entries.
 struct Taps {
   std::vector<int64_t> destination, rows;
   std::vector<float> weights32;
   std::vector<double> weights64;
   int64_t inputs = 0, outputs = 0;  // per plane
+  std::vector<TapAxis> axes;        // separable taps, not yet expanded
   const void* weights() const {
     return !weights64.empty() ? static_cast<const void*>(weights64.data())
                               : (!weights32.empty() ? weights32.data() : nullptr);
   }
 };
+
+// Tap `at` of separable taps: the output position it reads is at / per (per = the axes' taps
+// multiplied), its taps row-major over the axes; the weight the product of the axes' weights,
+// first axis first, in O (1 · w is w exactly, so the padded axes change nothing).
+template <typename O>
+struct CombineBody {
+  int64_t inputs[3], outputs[3], taps[3];
+  const int64_t* index[3];
+  const O* weight[3];  // all null: unweighted
+  int64_t* destination;
+  int64_t* rows;  // null: one tap per output
+  O* weights;     // null: unweighted
+  DETCOLL_HOST_DEVICE void operator()(int64_t at) const {
+    const int64_t per = taps[0] * taps[1] * taps[2];
+    const int64_t flat = at / per, k = at % per;
+    const int64_t oc = flat % outputs[2], ob = (flat / outputs[2]) % outputs[1],
+                  oa = flat / (outputs[2] * outputs[1]);
+    const int64_t tc = k % taps[2], tb = (k / taps[2]) % taps[1], ta = k / (taps[2] * taps[1]);
+    const int64_t ja = oa * taps[0] + ta, jb = ob * taps[1] + tb, jc = oc * taps[2] + tc;
+    destination[at] = (index[0][ja] * inputs[1] + index[1][jb]) * inputs[2] + index[2][jc];
+    if (rows != nullptr) rows[at] = flat;
+    if (weights != nullptr) weights[at] = (weight[0][ja] * weight[1][jb]) * weight[2][jc];
+  }
+};
+
+// Separable taps expanded on the host (a no-op for taps that are not separable).
+void expandTaps(Taps* taps);
 
 // The taps of reflection (reflect) or replication padding's backward, 1 to 3 spatial dimensions
 // (inputSpatial), padding 2 values per dimension in torch's order.

@@ -27,22 +27,73 @@ const T* upload(E& e, const std::vector<T>& host) {
   return device;
 }
 
+// Separable taps' axes uploaded and expanded on the executor (CombineBody): destination, rows
+// and weights there.
+template <typename E, typename O>
+Status expandOn(E& e, const Taps& taps, const int64_t** destination, const int64_t** rows,
+                const O** weights) {
+  CombineBody<O> body{};
+  const bool weighted = !taps.axes[0].weight32.empty() || !taps.axes[0].weight64.empty();
+  for (int a = 0; a < 3; ++a) {
+    const TapAxis& t = taps.axes[a];
+    body.inputs[a] = t.inputs;
+    body.outputs[a] = t.outputs;
+    body.taps[a] = t.taps;
+    body.index[a] = upload(e, t.index);
+    if constexpr (std::is_same_v<O, double>) {
+      body.weight[a] = weighted ? upload(e, t.weight64) : nullptr;
+    } else {
+      body.weight[a] = weighted ? upload(e, t.weight32) : nullptr;
+    }
+  }
+  const int64_t per = body.taps[0] * body.taps[1] * body.taps[2], n = taps.outputs * per;
+  body.destination = e.template alloc<int64_t>(n);
+  body.rows = per > 1 ? e.template alloc<int64_t>(n) : nullptr;
+  body.weights = weighted ? e.template alloc<O>(n) : nullptr;
+  e.launch(n, body);
+  *destination = body.destination;
+  *rows = body.rows;
+  *weights = body.weights;
+  return e.status();
+}
+
 template <typename E>
 Status scatterTaps(E& e, const char* op, const Taps& taps, void* gradInput, const void* gradOutput,
                    DataType type, int64_t planes) {
   if (planes < 0) return Status::invalidArgument(std::string(op) + ": negative size");
   const bool wide = type == DataType::kFloat64;
-  if (taps.weights() != nullptr && wide != !taps.weights64.empty()) {
+  const bool separable = !taps.axes.empty() && taps.destination.empty();
+  const bool weighted = separable ? !taps.axes[0].weight32.empty() || !taps.axes[0].weight64.empty()
+                                  : taps.weights() != nullptr;
+  const bool wideWeights = separable ? !taps.axes[0].weight64.empty() : !taps.weights64.empty();
+  if (weighted && wide != wideWeights) {
     return Status::internal(std::string(op) + ": taps of the other precision");
   }
-  const int64_t* destination = upload(e, taps.destination);
-  const int64_t* rows = upload(e, taps.rows);
-  const void* weights = wide ? static_cast<const void*>(upload(e, taps.weights64))
-                             : static_cast<const void*>(upload(e, taps.weights32));
+  const int64_t* destination = nullptr;
+  const int64_t* rows = nullptr;
+  const void* weights = nullptr;
+  int64_t n = 0;
+  if (separable) {
+    n = taps.outputs * taps.axes[0].taps * taps.axes[1].taps * taps.axes[2].taps;
+    if (wide) {
+      const double* w = nullptr;
+      DETCOLL_RETURN_IF_ERROR(expandOn(e, taps, &destination, &rows, &w));
+      weights = w;
+    } else {
+      const float* w = nullptr;
+      DETCOLL_RETURN_IF_ERROR(expandOn(e, taps, &destination, &rows, &w));
+      weights = w;
+    }
+  } else {
+    n = static_cast<int64_t>(taps.destination.size());
+    destination = upload(e, taps.destination);
+    rows = upload(e, taps.rows);
+    weights = wide ? static_cast<const void*>(upload(e, taps.weights64))
+                   : static_cast<const void*>(upload(e, taps.weights32));
+  }
   DETCOLL_RETURN_IF_ERROR(e.status());
-  return weightedScatter(e, gradInput, planes, taps.inputs, type, destination,
-                         static_cast<int64_t>(taps.destination.size()), gradOutput, taps.outputs,
-                         rows, weights)
+  return weightedScatter(e, gradInput, planes, taps.inputs, type, destination, n, gradOutput,
+                         taps.outputs, rows, weights)
       .prefixed(op);
 }
 
