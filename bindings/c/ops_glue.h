@@ -4,7 +4,10 @@
 // a call's buffers live, the device or host run, and the argument conversions.
 
 #include <atomic>
+#include <exception>
 #include <initializer_list>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -49,7 +52,25 @@ inline Status placeOf(const char* op,
 // onHost() for host memory; onDevice(stream) on `device`, on the calling thread's stream, or on
 // the legacy default stream, waited for, when none is set.
 template <typename Device, typename Host>
+Status runChecked(const char* op, int device, Device onDevice, Host onHost);
+
+// A kernel that throws (an allocation its sizes make impossible) fails with a status naming the
+// op, instead of escaping through the C API.
+template <typename Device, typename Host>
 Status run(const char* op, int device, Device onDevice, Host onHost) {
+  try {
+    return runChecked(op, device, onDevice, onHost);
+  } catch (const std::length_error&) {
+    return Status::invalidArgument(std::string(op) + ": the sizes need more memory than there is");
+  } catch (const std::bad_alloc&) {
+    return Status::invalidArgument(std::string(op) + ": the sizes need more memory than there is");
+  } catch (const std::exception& e) {
+    return Status::invalidArgument(std::string(op) + ": " + e.what());
+  }
+}
+
+template <typename Device, typename Host>
+Status runChecked(const char* op, int device, Device onDevice, Host onHost) {
   if (device < 0) return onHost();
 #if DETCOLL_WITH_CUDA
   int current = 0;

@@ -5,11 +5,13 @@
 #include <vector>
 
 #include "kernels/ops/for_each_index.h"
+#include "kernels/ops/op_checks.h"
 #include "kernels/ops/segment.h"
 
 namespace detcoll::kernels::ops {
 
-Status checkCrop(const Crop& c, DataType type) {
+Status checkCrop(const Crop& c, DataType type, const void* image, const void* boxes,
+                 const int64_t* boxIndices, const void* crops, bool readsImage) {
   const std::string op = "crop_and_resize: ";
   if (!isFloatingPoint(type)) {
     return Status::invalidArgument(op + "dtype " + dataTypeName(type) + "; floating point only");
@@ -20,6 +22,15 @@ Status checkCrop(const Crop& c, DataType type) {
   if (c.cropHeight < 1 || c.cropWidth < 1) {
     return Status::invalidArgument(op + "crop size " + std::to_string(c.cropHeight) + " x " +
                                    std::to_string(c.cropWidth) + " must be positive");
+  }
+  DETCOLL_RETURN_IF_ERROR(sizesFit("crop_and_resize", {c.batch, c.height, c.width, c.channels}));
+  DETCOLL_RETURN_IF_ERROR(
+      sizesFit("crop_and_resize", {c.boxes, c.cropHeight, c.cropWidth, c.channels, 4}));
+  const bool anyBox = c.boxes > 0;
+  if ((anyBox && (boxes == nullptr || boxIndices == nullptr)) ||
+      (anyBox && c.channels > 0 && crops == nullptr) ||
+      (readsImage && anyBox && c.batch * c.height * c.width * c.channels > 0 && image == nullptr)) {
+    return Status::invalidArgument(op + "image, boxes, box_indices or the crops is null");
   }
   return Status::ok();
 }
@@ -44,7 +55,7 @@ Status checkBoxIndices(const Crop& c, const int64_t* boxIndices) {
 
 Status cropAndResize(void* out, const void* image, const void* boxes, const int64_t* boxIndices,
                      DataType type, const Crop& c, int threads) {
-  DETCOLL_RETURN_IF_ERROR(checkCrop(c, type));
+  DETCOLL_RETURN_IF_ERROR(checkCrop(c, type, image, boxes, boxIndices, out, true));
   DETCOLL_RETURN_IF_ERROR(checkBoxIndices(c, boxIndices));
   kernels::visitType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -60,7 +71,8 @@ Status cropAndResize(void* out, const void* image, const void* boxes, const int6
 Status cropAndResizeBackward(void* gradImage, void* gradBoxes, const void* grads, const void* image,
                              const void* boxes, const int64_t* boxIndices, DataType type,
                              const Crop& c, int threads) {
-  DETCOLL_RETURN_IF_ERROR(checkCrop(c, type));
+  DETCOLL_RETURN_IF_ERROR(
+      checkCrop(c, type, image, boxes, boxIndices, grads, gradBoxes != nullptr));
   DETCOLL_RETURN_IF_ERROR(checkBoxIndices(c, boxIndices));
   const int64_t sources = c.boxes * c.cropHeight * c.cropWidth;
   Status status;

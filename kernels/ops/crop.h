@@ -35,7 +35,10 @@ struct Crop {
 
 // The sizes and the dtype (the box indices are checked where they live: boxIndexError names
 // the first outside the batch).
-Status checkCrop(const Crop& c, DataType type);
+// crops is the forward's out or the backward's grads; the image is read by the forward and by
+// the boxes' gradient (readsImage).
+Status checkCrop(const Crop& c, DataType type, const void* image, const void* boxes,
+                 const int64_t* boxIndices, const void* crops, bool readsImage);
 Status boxIndexError(const Crop& c, int64_t at, int64_t value);
 
 // Box b's image index outside the batch goes to *bad.
@@ -79,6 +82,11 @@ struct CropPoint {
   CropAxis<A> y, x;
 };
 
+// A pixel index of an inside point, within [0, n - 1].
+DETCOLL_HOST_DEVICE inline int64_t clampTo(int64_t i, int64_t n) {
+  return i < n ? i : n - 1;
+}
+
 template <typename T, typename A>
 DETCOLL_HOST_DEVICE CropPoint<A> cropPoint(const Crop& c, const T* boxes, const int64_t* boxIndices,
                                            int64_t b, int64_t p) {
@@ -88,6 +96,8 @@ DETCOLL_HOST_DEVICE CropPoint<A> cropPoint(const Crop& c, const T* boxes, const 
   const A y2 = kernels::Traits<T>::load(box[2]), x2 = kernels::Traits<T>::load(box[3]);
   r.y = CropAxis<A>::of(y1, y2, p / c.cropWidth, c.cropHeight, c.height);
   r.x = CropAxis<A>::of(x1, x2, p % c.cropWidth, c.cropWidth, c.width);
+  // TensorFlow's test, in A. Where height - 1 rounds up in A, a point can pass it by up to that
+  // rounding: its pixels are clamped to the image below.
   r.inside = r.y.at >= A(0) && r.y.at <= static_cast<A>(c.height - 1) && r.x.at >= A(0) &&
              r.x.at <= static_cast<A>(c.width - 1);
   for (int k = 0; k < 4; ++k) r.pixel[k] = -1;
@@ -100,14 +110,15 @@ DETCOLL_HOST_DEVICE CropPoint<A> cropPoint(const Crop& c, const T* boxes, const 
   if (c.nearest) {  // half away from zero; the coordinates are >= 0
     const int64_t yi = static_cast<int64_t>(top) + (r.yLerp >= A(0.5) ? 1 : 0);
     const int64_t xi = static_cast<int64_t>(left) + (r.xLerp >= A(0.5) ? 1 : 0);
-    r.pixel[0] =
-        base + (yi < c.height ? yi : c.height - 1) * c.width + (xi < c.width ? xi : c.width - 1);
+    r.pixel[0] = base + clampTo(yi, c.height) * c.width + clampTo(xi, c.width);
     r.weight[0] = A(1);
     return r;
   }
-  const int64_t t = static_cast<int64_t>(top), l = static_cast<int64_t>(left);
-  const int64_t bottom = static_cast<int64_t>(::ceil(static_cast<double>(r.y.at)));
-  const int64_t right = static_cast<int64_t>(::ceil(static_cast<double>(r.x.at)));
+  const int64_t t = clampTo(static_cast<int64_t>(top), c.height);
+  const int64_t l = clampTo(static_cast<int64_t>(left), c.width);
+  const int64_t bottom =
+      clampTo(static_cast<int64_t>(::ceil(static_cast<double>(r.y.at))), c.height);
+  const int64_t right = clampTo(static_cast<int64_t>(::ceil(static_cast<double>(r.x.at))), c.width);
   r.pixel[0] = base + t * c.width + l;
   r.pixel[1] = base + t * c.width + right;
   r.pixel[2] = base + bottom * c.width + l;

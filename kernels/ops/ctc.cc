@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/ops/for_each_index.h"
+#include "kernels/ops/op_checks.h"
 
 namespace detcoll::kernels::ops {
 
@@ -14,6 +15,9 @@ Status checkCtc(Ctc* c, const int64_t* inputLengths, const int64_t* targetLength
   if (c->steps < 0 || c->batch < 0 || c->classes < 0 || c->targetStride < 0 || c->alphaWidth < 0) {
     return Status::invalidArgument(op + "negative size");
   }
+  DETCOLL_RETURN_IF_ERROR(sizesFit("ctc_loss_backward", {c->steps, c->batch, c->classes}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("ctc_loss_backward", {c->batch, c->steps, c->alphaWidth}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("ctc_loss_backward", {c->batch, c->targetStride}));
   if (c->blank < 0 || c->blank >= c->classes) {
     return Status::invalidArgument(op + "blank " + std::to_string(c->blank) + " is not one of " +
                                    std::to_string(c->classes) + " classes");
@@ -40,8 +44,9 @@ Status checkCtc(Ctc* c, const int64_t* inputLengths, const int64_t* targetLength
                                    std::to_string(c->width));
   }
   const bool any = c->steps * c->batch * c->classes > 0;
-  if (any && (gradLogProbs == nullptr || grad == nullptr || logProbs == nullptr || nll == nullptr ||
-              logAlpha == nullptr || (longest > 0 && targets == nullptr))) {
+  if ((any && (gradLogProbs == nullptr || grad == nullptr || logProbs == nullptr ||
+               nll == nullptr || logAlpha == nullptr)) ||
+      (longest > 0 && targets == nullptr)) {
     return Status::invalidArgument(op + "a buffer is null");
   }
   return Status::ok();

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/ops/for_each_index.h"
+#include "kernels/ops/op_checks.h"
 #include "kernels/ops/taps.h"
 
 namespace detcoll::kernels::ops {
@@ -26,8 +27,11 @@ void cubicAxis(int64_t n, int64_t m, bool align, double scale, std::vector<int64
     const O real = align ? ratio * dst : ratio * (dst + O(0.5)) - O(0.5);
     const O i = std::floor(real), t = real - i;
     const O w[4] = {far(t + O(1)), near(t), near(O(1) - t), far((O(1) - t) + O(1))};
+    // The taps clamp to [0, n - 1]: i itself clamped first, so the conversion cannot overflow.
+    const int64_t base =
+        i < O(-2) ? -2 : (i > static_cast<O>(n + 1) ? n + 1 : static_cast<int64_t>(i));
     for (int64_t k = 0; k < 4; ++k) {
-      (*index)[4 * o + k] = std::min(std::max<int64_t>(static_cast<int64_t>(i) - 1 + k, 0), n - 1);
+      (*index)[4 * o + k] = std::min(std::max<int64_t>(base - 1 + k, 0), n - 1);
       (*weight)[4 * o + k] = w[k];
     }
   }
@@ -50,6 +54,12 @@ Status cubicTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool ali
   taps->outHeight = outputSpatial[0];
   taps->outWidth = outputSpatial[1];
   const double sy = !scales.empty() ? scales[0] : 0.0, sx = scales.size() > 1 ? scales[1] : 0.0;
+  for (double scale : {sy, sx}) {
+    if (scale > 0 && !std::isfinite(static_cast<float>(1.0 / scale))) {
+      return Status::invalidArgument(std::string(op) + ": scale factor " + std::to_string(scale) +
+                                     " gives no finite source position");
+    }
+  }
   if (wide) {
     cubicAxis(taps->inHeight, taps->outHeight, alignCorners, sy, &taps->ty, &taps->wy64);
     cubicAxis(taps->inWidth, taps->outWidth, alignCorners, sx, &taps->tx, &taps->wx64);
@@ -70,6 +80,10 @@ Status cubicCall(DataType type, const Shape& inputSpatial, const Shape& outputSp
   DETCOLL_RETURN_IF_ERROR(cubicTaps(inputSpatial, outputSpatial, alignCorners, scales,
                                     type == DataType::kFloat64, taps));
   if (planes < 0) return Status::invalidArgument(op + "negative size");
+  DETCOLL_RETURN_IF_ERROR(
+      sizesFit("upsample_bicubic2d_backward", {planes, inputSpatial[0], inputSpatial[1]}));
+  DETCOLL_RETURN_IF_ERROR(
+      sizesFit("upsample_bicubic2d_backward", {planes, outputSpatial[0], outputSpatial[1], 16}));
   if (planes > 0 && (gradInput == nullptr || gradOutput == nullptr)) {
     return Status::invalidArgument(op + "grad_input or grad_output is null");
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/ops/for_each_index.h"
+#include "kernels/ops/op_checks.h"
 
 namespace detcoll::kernels::ops {
 
@@ -33,6 +34,10 @@ Status checkGridSample(const GridSample& g, DataType type, const void* gradInput
   bool negative = g.batch < 0 || g.channels < 0 || g.positions < 0;
   for (int a = 0; a < g.spatial; ++a) negative = negative || g.sizes[a] < 0;
   if (negative) return Status::invalidArgument(op + "negative size");
+  DETCOLL_RETURN_IF_ERROR(
+      sizesFit("grid_sampler_backward", {g.batch, g.channels, g.sizes[0], g.sizes[1], g.sizes[2]}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("grid_sampler_backward", {g.batch, g.channels, g.positions}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("grid_sampler_backward", {g.batch, g.positions, 16}));
   const bool reads = g.batch * g.positions > 0;
   if (reads && (gradOutput == nullptr || grid == nullptr ||
                 (g.channels * g.inner() > 0 && input == nullptr))) {

@@ -79,7 +79,8 @@ DETCOLL_HOST_DEVICE A floorOf(A v) {
   return static_cast<A>(::floor(static_cast<double>(v)));
 }
 
-// torch's reflect_coordinates: *sign gets the derivative's factor (±1, 0 for a single point).
+// torch's reflect_coordinates: *sign gets the derivative's factor (±1, 0 for a single point). A
+// coordinate that is not finite gives NaN.
 template <typename A>
 DETCOLL_HOST_DEVICE A reflect(A in, int64_t twiceLow, int64_t twiceHigh, A* sign) {
   if (twiceLow == twiceHigh) {
@@ -94,9 +95,11 @@ DETCOLL_HOST_DEVICE A reflect(A in, int64_t twiceLow, int64_t twiceHigh, A* sign
     s = A(-1);
     in = -in;
   }
+  if (!(in - in == A(0))) return in - in;  // NaN or infinite: NaN, which clip makes 0
   const A extra = static_cast<A>(::fmod(static_cast<double>(in), static_cast<double>(span)));
-  const int64_t flips = static_cast<int64_t>(floorOf<A>(in / span));
-  if (flips % 2 == 0) {
+  // The flips' parity in floating point: no integer conversion, whatever their number.
+  const A flips = floorOf<A>(in / span);
+  if (::fmod(static_cast<double>(flips), 2.0) == 0.0) {
     *sign = s;
     return extra + low;
   }
@@ -104,11 +107,11 @@ DETCOLL_HOST_DEVICE A reflect(A in, int64_t twiceLow, int64_t twiceHigh, A* sign
   return span - extra + low;
 }
 
-// Clipped to [0, n - 1]: *keep 0 where it clipped.
+// Clipped to [0, n - 1]: *keep 0 where it clipped. NaN clips to 0, as torch's forward clips it.
 template <typename A>
 DETCOLL_HOST_DEVICE A clip(A in, int64_t n, A* keep) {
   const A high = static_cast<A>(n - 1);
-  if (in <= A(0)) {
+  if (!(in > A(0))) {
     *keep = A(0);
     return A(0);
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/ops/axis_sums.h"
+#include "kernels/ops/op_checks.h"
 
 namespace detcoll::kernels::ops {
 
@@ -15,8 +16,10 @@ Status checkNllLoss(const NllLoss& l, DataType type, const void* output, const v
   if (!isFloatingPoint(type)) {
     return Status::invalidArgument(op + "dtype " + dataTypeName(type) + "; floating point only");
   }
-  if (l.outer < 0 || l.classes < 0 || l.inner < 0)
+  if (l.outer < 0 || l.classes < 0 || l.inner < 0) {
     return Status::invalidArgument(op + "negative size");
+  }
+  DETCOLL_RETURN_IF_ERROR(sizesFit("nll_loss", {l.outer, l.classes, l.inner}));
   if (l.reduction < 0 || l.reduction > 2) {
     return Status::invalidArgument(op + "reduction " + std::to_string(l.reduction) +
                                    "; 0 (none), 1 (mean) or 2 (sum)");

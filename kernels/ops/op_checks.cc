@@ -131,6 +131,24 @@ Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count) {
   return Status::ok();
 }
 
+Status sizesFit(const std::string& op, std::initializer_list<int64_t> sizes) {
+  constexpr int64_t kLimit = int64_t{1} << 56;
+  int64_t total = 1;
+  bool fits = true, zero = false;
+  for (int64_t n : sizes) {
+    if (n <= 0) {
+      zero = true;  // an empty (or negative, refused elsewhere) size: nothing to address
+      continue;
+    }
+    fits = fits && n <= kLimit / total;
+    if (fits) total *= n;
+  }
+  if (fits || zero) return Status::ok();
+  std::string list;
+  for (int64_t n : sizes) list += (list.empty() ? "" : ", ") + std::to_string(n);
+  return Status::invalidArgument(op + ": sizes [" + list + "] overflow 64-bit offsets");
+}
+
 Status checkWeightedScatter(const char* op, const void* out, int64_t planes, int64_t outInner,
                             DataType type, const int64_t* destination, int64_t n,
                             const void* values, int64_t valuesInner, const int64_t* rows) {

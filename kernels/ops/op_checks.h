@@ -5,6 +5,7 @@
 // words.
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "common/dtype.h"
@@ -16,6 +17,11 @@ namespace detcoll::kernels::ops {
 
 // The product of shape[from .. to), clamped to the shape.
 int64_t product(const Shape& shape, size_t from = 0, size_t to = SIZE_MAX);
+
+// Sizes whose product (and any small multiple of it an op forms: bytes, taps) fits 64-bit
+// offsets: an error naming op and the sizes when the product passes 2^56. Negative sizes are
+// left to the caller's own check.
+Status sizesFit(const std::string& op, std::initializer_list<int64_t> sizes);
 
 // "[2, 3]".
 std::string show(const Shape& shape);

@@ -247,6 +247,8 @@ Status checkSparseDense(void* out, int64_t outRows, DataType type, const int64_t
   if (outRows < 0 || nnz < 0 || denseRows < 0 || columns < 0) {
     return Status::invalidArgument(op + "negative size");
   }
+  DETCOLL_RETURN_IF_ERROR(sizesFit("sparse_dense_matmul", {outRows, columns}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("sparse_dense_matmul", {denseRows, columns}));
   if ((outRows * columns > 0 && out == nullptr) ||
       (nnz > 0 && (rows == nullptr || cols == nullptr || values == nullptr)) ||
       (nnz > 0 && denseRows * columns > 0 && dense == nullptr)) {

@@ -6,16 +6,20 @@
 #include <vector>
 
 #include "kernels/ops/for_each_index.h"
+#include "kernels/ops/op_checks.h"
 
 namespace detcoll::kernels::ops {
 
 Status checkSelection(const Selection& s, DataType type, const void* values, const int64_t* indices,
                       const void* input) {
   const std::string op = s.median ? "median: " : "kthvalue: ";
-  if (!isValidDataType(static_cast<int>(type)))
+  if (!isValidDataType(static_cast<int>(type))) {
     return Status::invalidArgument(op + "unknown dtype");
-  if (s.outer < 0 || s.length < 0 || s.inner < 0)
+  }
+  if (s.outer < 0 || s.length < 0 || s.inner < 0) {
     return Status::invalidArgument(op + "negative size");
+  }
+  DETCOLL_RETURN_IF_ERROR(sizesFit(s.median ? "median" : "kthvalue", {s.outer, s.length, s.inner}));
   const int64_t slices = s.outer * s.inner;
   if (slices > 0 && (s.k < 1 || s.k > s.length)) {
     return Status::invalidArgument(op + "k = " + std::to_string(s.k) +

@@ -116,6 +116,11 @@ Status spatialOf(const char* op, size_t rank) {
   return Status::ok();
 }
 
+// torch's min(floor(o · step), n - 1), the minimum taken before the conversion to an integer.
+int64_t nearestIndex(float f, int64_t n) {
+  return f < static_cast<float>(n - 1) ? static_cast<int64_t>(f) : n - 1;
+}
+
 template <typename O>
 Axis<O> linearAxis(int64_t n, int64_t m, bool align, double scale) {
   Axis<O> a;
@@ -134,7 +139,8 @@ Axis<O> linearAxis(int64_t n, int64_t m, bool align, double scale) {
     }
     O real = align ? ratio * static_cast<O>(o) : ratio * (static_cast<O>(o) + O(0.5)) - O(0.5);
     if (!align && real < 0) real = 0;
-    const int64_t i0 = static_cast<int64_t>(real);
+    // Past the last input (a huge ratio) the source is the last input: no overflowing cast.
+    const int64_t i0 = real < static_cast<O>(n - 1) ? static_cast<int64_t>(real) : n - 1;
     const O l1 = std::min(std::max(real - static_cast<O>(i0), O(0)), O(1));
     a.index[2 * o] = i0;
     a.index[2 * o + 1] = i0 + (i0 < n - 1 ? 1 : 0);
@@ -208,6 +214,13 @@ Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool al
       return Status::invalidArgument(std::string(op) + ": a spatial size is 0 or negative");
     }
   }
+  for (size_t a = 0; a < scales.size(); ++a) {
+    if (scales[a] > 0 && !std::isfinite(static_cast<float>(1.0 / scales[a]))) {
+      return Status::invalidArgument(std::string(op) + ": scale factor " +
+                                     std::to_string(scales[a]) +
+                                     " gives no finite source position");
+    }
+  }
   auto build = [&](auto zero) {
     using O = decltype(zero);
     std::vector<Axis<O>> axes;
@@ -243,16 +256,18 @@ Status nearestTaps(const Shape& inputSpatial, const Shape& outputSpatial,
     const double scale = a < scales.size() ? scales[a] : 0.0;
     const float step = static_cast<float>(
         scale > 0 ? 1.0 / scale : static_cast<double>(n) / static_cast<double>(m));
+    if (!std::isfinite(step)) {
+      return Status::invalidArgument(std::string(op) + ": scale factor " + std::to_string(scale) +
+                                     " gives no finite source position");
+    }
     Axis<float>& axis = axes[a];
     axis.inputs = n;
     axis.outputs = m;
     axis.index.resize(static_cast<size_t>(m));
     for (int64_t o = 0; o < m; ++o) {
-      axis.index[o] =
-          m == n ? o
-          : m == 2 * n
-              ? o / 2
-              : std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * step)), n - 1);
+      axis.index[o] = m == n       ? o
+                      : m == 2 * n ? o / 2
+                                   : nearestIndex(std::floor(static_cast<float>(o) * step), n);
     }
   }
   combine(axes, taps);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops/op_checks.h"
 #include "kernels/ops/segment.h"
 
 namespace detcoll::kernels::ops {
@@ -32,6 +33,7 @@ void binAndCount(void* out, const void* input, int64_t n, int64_t bins, W lo, W 
                                 hi - lo,
                                 static_cast<W>(bins),
                                 static_cast<W>(bins - 1),
+                                bins - 1,
                                 position.data()};
   for (int64_t i = 0; i < n; ++i) body(i);
   std::vector<int64_t> counts(static_cast<size_t>(bins), 0);
@@ -50,6 +52,8 @@ Status checkWriteLast(const void* out, int64_t rows, int64_t width, const int64_
                       int64_t n, const void* values) {
   const std::string op = "write_last: ";
   if (rows < 0 || width < 0 || n < 0) return Status::invalidArgument(op + "negative size");
+  DETCOLL_RETURN_IF_ERROR(sizesFit("write_last", {rows, width}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("write_last", {n, width}));
   if (n > 0 && width > 0 && (out == nullptr || values == nullptr)) {
     return Status::invalidArgument(op + "out or values is null");
   }
@@ -61,6 +65,8 @@ Status checkMaxUnpool(const void* out, const void* input, const int64_t* indices
                       int64_t inputs, int64_t outputs) {
   const std::string op = "max_unpool: ";
   if (planes < 0 || inputs < 0 || outputs < 0) return Status::invalidArgument(op + "negative size");
+  DETCOLL_RETURN_IF_ERROR(sizesFit("max_unpool", {planes, inputs}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("max_unpool", {planes, outputs}));
   if ((planes * outputs > 0 && out == nullptr) || (planes * inputs > 0 && input == nullptr)) {
     return Status::invalidArgument(op + "out or input is null");
   }
@@ -78,6 +84,8 @@ Status checkHistc(const void* out, DataType type, const void* input, int64_t n, 
     return Status::invalidArgument(op + "bins must be > 0, got " + std::to_string(bins));
   }
   if (n < 0) return Status::invalidArgument(op + "negative size");
+  DETCOLL_RETURN_IF_ERROR(sizesFit("histc", {n}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("histc", {bins}));
   if (out == nullptr || (n > 0 && input == nullptr)) {
     return Status::invalidArgument(op + "out or input is null");
   }
@@ -121,6 +129,8 @@ Status checkEmbeddingBagMax(const void* gradWeight, int64_t numWeights, DataType
     return Status::invalidArgument(op + "dtype " + dataTypeName(type) + "; floating point only");
   }
   if (numWeights < 0 || bags < 0 || dim < 0) return Status::invalidArgument(op + "negative size");
+  DETCOLL_RETURN_IF_ERROR(sizesFit("embedding_bag_max_backward", {numWeights, dim}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit("embedding_bag_max_backward", {bags, dim}));
   if ((numWeights * dim > 0 && gradWeight == nullptr) ||
       (bags * dim > 0 && (gradOutput == nullptr || maximumIndices == nullptr)) ||
       (bags > 0 && bagSize == nullptr)) {
@@ -157,9 +167,12 @@ Status embeddingBagMaxBackward(void* gradWeight, int64_t numWeights, DataType ty
       .prefixed("embedding_bag_max_backward");
 }
 
-Status histcRange(double min, double max, bool any, double low, double high, double* lo,
+Status histcRange(double min, double max, bool any, bool nan, double low, double high, double* lo,
                   double* hi) {
   const char* op = "histc";
+  if (min == max && nan) {
+    return Status::invalidArgument(std::string(op) + ": range of [nan, nan] is not finite");
+  }
   if (min == max && any) {
     min = low;
     max = high;
@@ -189,18 +202,21 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
     using T = typename decltype(tag)::type;
     using W = typename kernels::Traits<T>::Acc;
     const T* x = static_cast<const T*>(input);
-    bool any = false;
+    bool any = false, nan = false;
     double low = 0, high = 0;
     for (int64_t i = 0; i < n; ++i) {
       const double v = static_cast<double>(kernels::Traits<T>::load(x[i]));
-      if (v != v) continue;
+      if (v != v) {
+        nan = true;
+        continue;
+      }
       low = any ? std::fmin(low, v) : v;
       high = any ? std::fmax(high, v) : v;
       any = true;
     }
     double lo = 0, hi = 0;
     W loW{}, hiW{};
-    status = histcRange(min, max, any, low, high, &lo, &hi);
+    status = histcRange(min, max, any, nan, low, high, &lo, &hi);
     if (status.isOk()) status = histcBounds<T>(type, lo, hi, &loW, &hiW);
     if (!status.isOk()) return;
     const HistcOverflowBody<T, W> check{x, loW, hiW, static_cast<W>(bins), nullptr};

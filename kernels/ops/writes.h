@@ -10,14 +10,14 @@
 // max_unpool (each plane's indices offset to the plane) and index_put_ / put_ without accumulate.
 //
 // histc: bins equal bins over [min, max]. min == max: the input's own range (its smallest and
-// largest non-NaN values); still equal: one wider on each side. The range must then be finite with
-// min < max, and stay so in the dtype. A value x counts in bin floor((x - lo) · bins / (hi - lo)),
-// evaluated in that order in W (float for float32, float16 and bfloat16, whose conversions are
-// exact; double for float64), lo and hi being min and max rounded to the dtype; the maximum
-// goes to the last bin; values outside [lo, hi] and NaN are not counted. Where (x - lo) · bins
-// or hi - lo overflows W for some counted x, every value is evaluated in double instead. The
-// counts are exact int64, converted to the dtype once. (torch 2's CPU and CUDA formula; torch
-// 1.13's CPU kernel divides before it multiplies.)
+// largest values; a NaN makes it [nan, nan], refused); still equal: one wider on each side. The
+// range must then be finite with min < max, and stay so in the dtype. A value x counts in bin
+// floor((x - lo) · bins / (hi - lo)), evaluated in that order in W (float for float32, float16 and
+// bfloat16, whose conversions are exact; double for float64), lo and hi being min and max rounded
+// to the dtype; the maximum goes to the last bin; values outside [lo, hi] and NaN are not counted.
+// Where (x - lo) · bins or hi - lo overflows W for some counted x, every value is evaluated in
+// double instead. The counts are exact int64, converted to the dtype once. (torch 2's CPU and CUDA
+// formula; torch 1.13's CPU kernel divides before it multiplies.)
 
 #include <cstdint>
 #include <string>
@@ -78,15 +78,17 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
              double max);
 
 // The range histc bins over: [*lo, *hi] from min and max and, when they are equal, the input's
-// range (any: the input has a non-NaN value, low and high its smallest and largest), checked.
-Status histcRange(double min, double max, bool any, double low, double high, double* lo,
+// range (any: the input has a non-NaN value, low and high its smallest and largest; nan: it has
+// a NaN, which makes that range NaN, refused as torch refuses it), checked.
+Status histcRange(double min, double max, bool any, bool nan, double low, double high, double* lo,
                   double* hi);
 
 // Value i's bin (-1: not counted), in W, the bounds and the multiplier already rounded to W.
 template <typename T, typename W>
 struct HistcBinBody {
   const T* input;
-  W lo, hi, width, bins, last;  // last = bins - 1
+  W lo, hi, width, bins, last;  // last = bins - 1, rounded to W
+  int64_t lastBin;              // bins - 1
   int64_t* position;
   DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
     const W v = static_cast<W>(kernels::Traits<T>::load(input[i]));
@@ -94,9 +96,10 @@ struct HistcBinBody {
       position[i] = -1;
       return;
     }
-    W q = (v - lo) * bins / width;
-    if (q > last) q = last;
-    position[i] = static_cast<int64_t>(q);
+    // The last bin in integers: `last` (bins - 1 in W) can round up to bins where bins > 2^24.
+    const W q = (v - lo) * bins / width;
+    const int64_t k = q >= last ? lastBin : static_cast<int64_t>(q);
+    position[i] = k < lastBin ? k : lastBin;
   }
 };
 

@@ -130,6 +130,10 @@ def test_bad_arguments_are_refused_by_name():
         call(il=[5, 4])
     with pytest.raises(detcoll.InvalidArgumentError, match="1 input_lengths for a batch of 2"):
         call(il=[4])
+    with pytest.raises(detcoll.InvalidArgumentError, match=r"input_lengths \[4, 3.5\] must be"):
+        call(il=[4, 3.5])
+    with pytest.raises(detcoll.InvalidArgumentError, match="target_lengths has dtype torch.float32"):
+        call(tl=torch.tensor([2.0, 2.0]))
     with pytest.raises(detcoll.InvalidArgumentError, match="a target is not one of 3"):
         call(targets=torch.tensor([[1, 3], [2, 1]]))
     with pytest.raises(detcoll.InvalidArgumentError, match="targets must be an integer"):

@@ -80,6 +80,8 @@ def test_bad_arguments_are_refused_by_name():
         ops.median(torch.zeros(3, 0), 1)
     with pytest.raises(detcoll.InvalidArgumentError, match="complex input has no order"):
         ops.kthvalue(torch.zeros(3, dtype=torch.complex64), 1)
+    with pytest.raises(detcoll.InvalidArgumentError, match="k must be an integer, got 1.7"):
+        ops.kthvalue(x, 1.7, 1)
 
 
 def test_patched_torch_calls_run_them_and_the_gradient_follows_the_index():

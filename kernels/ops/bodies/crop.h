@@ -34,7 +34,7 @@ Status checkBoxIndices(E& e, const Crop& c, const int64_t* boxIndices) {
 template <typename E>
 Status cropAndResize(E& e, void* out, const void* image, const void* boxes,
                      const int64_t* boxIndices, DataType type, const Crop& c) {
-  DETCOLL_RETURN_IF_ERROR(checkCrop(c, type));
+  DETCOLL_RETURN_IF_ERROR(checkCrop(c, type, image, boxes, boxIndices, out, true));
   DETCOLL_RETURN_IF_ERROR(checkBoxIndices(e, c, boxIndices));
   kernels::visitType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -51,7 +51,8 @@ template <typename E>
 Status cropAndResizeBackward(E& e, void* gradImage, void* gradBoxes, const void* grads,
                              const void* image, const void* boxes, const int64_t* boxIndices,
                              DataType type, const Crop& c) {
-  DETCOLL_RETURN_IF_ERROR(checkCrop(c, type));
+  DETCOLL_RETURN_IF_ERROR(
+      checkCrop(c, type, image, boxes, boxIndices, grads, gradBoxes != nullptr));
   DETCOLL_RETURN_IF_ERROR(checkBoxIndices(e, c, boxIndices));
   const int64_t sources = c.boxes * c.cropHeight * c.cropWidth;
   Status status;

@@ -41,8 +41,8 @@ struct ZeroBody {
   DETCOLL_HOST_DEVICE void operator()(int64_t i) const { out[i] = U(0); }
 };
 
-// Chunk c of the input: its smallest and largest non-NaN values (as double), any[c] = 1 when it
-// has one.
+// Chunk c of the input: its smallest and largest non-NaN values (as double); any[c] has bit 0
+// set when it has one, bit 1 when it has a NaN.
 template <typename T>
 struct RangeChunkBody {
   const T* input;
@@ -51,18 +51,21 @@ struct RangeChunkBody {
   int8_t* any;
   DETCOLL_HOST_DEVICE void operator()(int64_t c) const {
     const int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
-    bool seen = false;
+    bool seen = false, nan = false;
     double lo = 0, hi = 0;
     for (int64_t i = c * chunk; i < end; ++i) {
       const double v = static_cast<double>(kernels::Traits<T>::load(input[i]));
-      if (v != v) continue;
+      if (v != v) {
+        nan = true;
+        continue;
+      }
       lo = seen && lo < v ? lo : v;
       hi = seen && hi > v ? hi : v;
       seen = true;
     }
     low[c] = lo;
     high[c] = hi;
-    any[c] = seen ? 1 : 0;
+    any[c] = static_cast<int8_t>((seen ? 1 : 0) | (nan ? 2 : 0));
   }
 };
 
@@ -213,7 +216,7 @@ template <typename E, typename T, typename W>
 Status histcCount(E& e, void* out, const T* x, int64_t n, int64_t bins, W lo, W hi) {
   int64_t* position = e.template alloc<int64_t>(n);
   e.launch(n, HistcBinBody<T, W>{x, lo, hi, hi - lo, static_cast<W>(bins), static_cast<W>(bins - 1),
-                                 position});
+                                 bins - 1, position});
   int64_t* ones = e.template alloc<int64_t>(n);
   e.launch(n, FillOneBody{ones});
   int64_t* counts = e.template alloc<int64_t>(bins);
@@ -240,7 +243,7 @@ Status histc(E& e, void* out, DataType type, const void* input, int64_t n, int64
     using T = typename decltype(tag)::type;
     using W = typename kernels::Traits<T>::Acc;
     const T* x = static_cast<const T*>(input);
-    bool any = false;
+    bool any = false, nan = false;
     double low = 0, high = 0;
     if (min == max && n > 0) {  // the input's range, chunk by chunk, folded here in order
       const int64_t chunk = 4096, chunks = (n + chunk - 1) / chunk;
@@ -254,7 +257,8 @@ Status histc(E& e, void* out, DataType type, const void* input, int64_t n, int64
       e.toHost(h.data(), highs, chunks * sizeof(double));
       e.toHost(s.data(), seen, chunks);
       for (int64_t c = 0; c < chunks; ++c) {
-        if (!s[c]) continue;
+        nan = nan || (s[c] & 2) != 0;
+        if (!(s[c] & 1)) continue;
         low = any && low < l[c] ? low : l[c];
         high = any && high > h[c] ? high : h[c];
         any = true;
@@ -263,7 +267,7 @@ Status histc(E& e, void* out, DataType type, const void* input, int64_t n, int64
     double lo = 0, hi = 0;
     W loW{}, hiW{};
     status = e.status();
-    if (status.isOk()) status = histcRange(min, max, any, low, high, &lo, &hi);
+    if (status.isOk()) status = histcRange(min, max, any, nan, low, high, &lo, &hi);
     if (status.isOk()) status = histcBounds<T>(type, lo, hi, &loW, &hiW);
     if (!status.isOk()) return;
     const W width = hiW - loW;

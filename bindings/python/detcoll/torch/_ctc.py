@@ -23,7 +23,11 @@ from detcoll.torch._tensors import DTYPES
 def _lengths(values, count, op, what, device):
     if isinstance(values, torch.Tensor):
         _placed(values, op, what)
+        if values.is_floating_point() or values.dtype == torch.bool:
+            raise detcoll.InvalidArgumentError(f"{op}: {what} has dtype {values.dtype}; integers")
         values = values.tolist()
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise detcoll.InvalidArgumentError(f"{op}: {what} {list(values)} must be integers")
     values = [int(v) for v in values]
     if len(values) != count:
         raise detcoll.InvalidArgumentError(f"{op}: {len(values)} {what} for a batch of {count}")

@@ -55,6 +55,9 @@ def kthvalue(input, k, dim=-1, keepdim=False):  # noqa: A002
     of the stable ascending order (NaN last)."""
     op = "kthvalue"
     n = _slice_length(input, int(dim), op)
+    if isinstance(k, bool) or not isinstance(k, int) and not (
+            isinstance(k, torch.Tensor) and k.dim() == 0 and not k.is_floating_point()):
+        raise detcoll.InvalidArgumentError(f"{op}: k must be an integer, got {k!r}")
     if not 1 <= int(k) <= n:
         raise detcoll.InvalidArgumentError(
             f"{op}: k = {int(k)} is out of range for a dimension of {n} elements")
