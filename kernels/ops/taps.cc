@@ -68,10 +68,30 @@ void expandAs(Taps* taps, std::vector<O>* weights) {
   taps->destination.resize(static_cast<size_t>(n));
   if (per > 1) taps->rows.resize(static_cast<size_t>(n));
   if (weighted) weights->resize(static_cast<size_t>(n));
-  body.destination = taps->destination.data();
-  body.rows = per > 1 ? taps->rows.data() : nullptr;
-  body.weights = weighted ? weights->data() : nullptr;
-  for (int64_t at = 0; at < n; ++at) body(at);
+  // CombineBody's arithmetic in nested loops (no division per tap); the serial run of the
+  // device's CombineBody is tested against it.
+  int64_t at = 0, flat = 0;
+  const int64_t(&m)[3] = body.outputs;
+  const int64_t(&k)[3] = body.taps;
+  for (int64_t oa = 0; oa < m[0]; ++oa) {
+    for (int64_t ob = 0; ob < m[1]; ++ob) {
+      for (int64_t oc = 0; oc < m[2]; ++oc, ++flat) {
+        for (int64_t ja = oa * k[0]; ja < (oa + 1) * k[0]; ++ja) {
+          for (int64_t jb = ob * k[1]; jb < (ob + 1) * k[1]; ++jb) {
+            for (int64_t jc = oc * k[2]; jc < (oc + 1) * k[2]; ++jc, ++at) {
+              taps->destination[at] =
+                  (body.index[0][ja] * body.inputs[1] + body.index[1][jb]) * body.inputs[2] +
+                  body.index[2][jc];
+              if (per > 1) taps->rows[at] = flat;
+              if (weighted) {
+                (*weights)[at] = (body.weight[0][ja] * body.weight[1][jb]) * body.weight[2][jc];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 // One axis of a window op: output o reads the inputs [lo[o], hi[o]).
