@@ -1,7 +1,7 @@
 #pragma once
 
-// The deterministic ops on a CUDA device: the data-parallel formulation of bodies/ (the bodies
-// of bodies/scatter.h, bodies/axis_sums.h and bodies/resample.h), launched as kernels, with CUB's
+// The deterministic ops on a CUDA device: the data-parallel formulation of bodies/ (every family
+// listed in bodies/executor.h), launched as kernels, with CUB's
 // radix sort for the segment engine. The bits equal the CPU reference's (scatter.h, axis_sums.h,
 // resample.h) for every dtype and launch configuration. Built only with CUDA.
 //

@@ -1,12 +1,12 @@
 #pragma once
 
-// The backward of reflection and replication padding and of linear and trilinear upsampling, as
-// taps (docs/design.md, "Patching torch's operators"). The forward's output position o reads input
-// position(s) of its plane along each axis; the backward is weightedScatter (scatter.h) of the
-// taps, in the order of the output positions (row-major) and, within one, of the taps (row-major
-// over the axes), each adding weight × gradient from zero. The taps are computed on the host,
-// with the arithmetic of PyTorch's formulas, in the opmath type O (float for float32, float16 and
-// bfloat16; double for float64):
+// The backward of reflection and replication padding, of linear, trilinear and nearest upsampling
+// and of average and max pooling, as taps (docs/design.md, "Patching torch's operators"). The
+// forward's output position o reads input position(s) of its plane along each axis; the backward is
+// weightedScatter (scatter.h) of the taps, in the order of the output positions (row-major) and,
+// within one, of the taps (row-major over the axes), each adding weight × gradient from zero. The
+// taps are computed on the host, with the arithmetic of PyTorch's formulas, in the opmath type O
+// (float for float32, float16 and bfloat16; double for float64):
 //
 // Padding (torch's list, last dimension first: left, right, top, bottom, front, back; a negative
 // value crops): output o of an axis of n inputs padded by lo reads i = o - lo, reflected

@@ -11,6 +11,12 @@
 //   bodies/scatter.h    the scatter family (scatter_add ... bincount) over that engine
 //   bodies/axis_sums.h  sums over axes with the fixed tree, and bias_add's gradient
 //   bodies/resample.h   bilinear backward and max pooling, as gathers
+//   bodies/taps.h       the backward of padding, pooling and upsampling (linear, nearest,
+//                       bicubic) as weighted_scatter of their taps
+//   bodies/grid_sample.h, ctc.h, losses.h, selection.h, crop.h, writes.h
+//                       grid_sample's and ctc_loss's backward, nll_loss, kthvalue and median,
+//                       crop_and_resize, and the writes through indices (max_unpool,
+//                       write_last, embedding_bag's max gradient, histc)
 // This header holds what they share: the executor's contract and the index checks' failure slot.
 //
 // An Executor provides
