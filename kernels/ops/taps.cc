@@ -48,44 +48,36 @@ void combine(std::vector<Axis<O>> axes, Taps* taps) {
   }
 }
 
+// CombineBody's arithmetic in nested loops (no division per tap); the serial run of the device's
+// CombineBody is tested against it.
 template <typename O>
 void expandAs(Taps* taps, std::vector<O>* weights) {
-  CombineBody<O> body{};
-  const bool weighted = !taps->axes[0].weight32.empty() || !taps->axes[0].weight64.empty();
-  for (int a = 0; a < 3; ++a) {
-    const TapAxis& t = taps->axes[a];
-    body.inputs[a] = t.inputs;
-    body.outputs[a] = t.outputs;
-    body.taps[a] = t.taps;
-    body.index[a] = t.index.data();
+  const TapAxis &a = taps->axes[0], &b = taps->axes[1], &c = taps->axes[2];
+  const bool weighted = !a.weight32.empty() || !a.weight64.empty();
+  const O* w[3];
+  for (int k = 0; k < 3; ++k) {
+    const TapAxis& t = taps->axes[k];
     if constexpr (std::is_same_v<O, double>) {
-      body.weight[a] = weighted ? t.weight64.data() : nullptr;
+      w[k] = t.weight64.data();
     } else {
-      body.weight[a] = weighted ? t.weight32.data() : nullptr;
+      w[k] = t.weight32.data();
     }
   }
-  const int64_t per = body.taps[0] * body.taps[1] * body.taps[2], n = taps->outputs * per;
+  const int64_t per = a.taps * b.taps * c.taps, n = taps->outputs * per;
   taps->destination.resize(static_cast<size_t>(n));
   if (per > 1) taps->rows.resize(static_cast<size_t>(n));
   if (weighted) weights->resize(static_cast<size_t>(n));
-  // CombineBody's arithmetic in nested loops (no division per tap); the serial run of the
-  // device's CombineBody is tested against it.
   int64_t at = 0, flat = 0;
-  const int64_t(&m)[3] = body.outputs;
-  const int64_t(&k)[3] = body.taps;
-  for (int64_t oa = 0; oa < m[0]; ++oa) {
-    for (int64_t ob = 0; ob < m[1]; ++ob) {
-      for (int64_t oc = 0; oc < m[2]; ++oc, ++flat) {
-        for (int64_t ja = oa * k[0]; ja < (oa + 1) * k[0]; ++ja) {
-          for (int64_t jb = ob * k[1]; jb < (ob + 1) * k[1]; ++jb) {
-            for (int64_t jc = oc * k[2]; jc < (oc + 1) * k[2]; ++jc, ++at) {
+  for (int64_t oa = 0; oa < a.outputs; ++oa) {
+    for (int64_t ob = 0; ob < b.outputs; ++ob) {
+      for (int64_t oc = 0; oc < c.outputs; ++oc, ++flat) {
+        for (int64_t ja = oa * a.taps; ja < (oa + 1) * a.taps; ++ja) {
+          for (int64_t jb = ob * b.taps; jb < (ob + 1) * b.taps; ++jb) {
+            for (int64_t jc = oc * c.taps; jc < (oc + 1) * c.taps; ++jc, ++at) {
               taps->destination[at] =
-                  (body.index[0][ja] * body.inputs[1] + body.index[1][jb]) * body.inputs[2] +
-                  body.index[2][jc];
+                  (a.index[ja] * b.inputs + b.index[jb]) * c.inputs + c.index[jc];
               if (per > 1) taps->rows[at] = flat;
-              if (weighted) {
-                (*weights)[at] = (body.weight[0][ja] * body.weight[1][jb]) * body.weight[2][jc];
-              }
+              if (weighted) (*weights)[at] = (w[0][ja] * w[1][jb]) * w[2][jc];
             }
           }
         }
