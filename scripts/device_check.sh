@@ -78,14 +78,17 @@ nvcc=("$cuda/bin/nvcc" -std=c++17 -O2 -x cu
   --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -Xcompiler=-ffp-contract=off
   -diag-suppress=2810 -I. -I"$gtest/include" -I"$gtest")
 core=(common/status.cc common/dtype.cc kernels/ops/segment.cc kernels/ops/scatter.cc
-  kernels/ops/axis_sums.cc kernels/ops/resample.cc kernels/ops/op_checks.cc kernels/ops/device.cu
+  kernels/ops/axis_sums.cc kernels/ops/resample.cc kernels/ops/op_checks.cc kernels/ops/taps.cc
+  kernels/ops/writes.cc kernels/ops/cubic.cc kernels/ops/grid_sample.cc kernels/ops/ctc.cc
+  kernels/ops/losses.cc kernels/ops/selection.cc kernels/ops/crop.cc kernels/ops/device.cu
   kernels/fold.cc kernels/fixed_point.cc kernels/host_reduce_kernels.cc kernels/reduce_device.cu
   kernels/convert16.cc kernels/fixed_point_formats.cc kernels/fixed_point_few.cc
   collective/device_allreduce.cu collective/allreduce.cc collective/comm_exchange.cc
   collective/ring_allreduce.cc collective/transport/communicator.cc
   collective/transport/record_board.cc collective/transport/thread_communicator.cc
   "${nccl_sources[@]}")
-tests=(tests/support/reference.cc tests/gpu/ops_gpu_test.cc tests/gpu/reduce_gpu_test.cc
+tests=(tests/support/reference.cc tests/gpu/ops_gpu_test.cc tests/gpu/ops_families_gpu_test.cc
+  tests/gpu/reduce_gpu_test.cc
   tests/gpu/allreduce_gpu_test.cc "${cudnn_sources[@]}" "$gtest/src/gtest-all.cc"
   "$gtest/src/gtest_main.cc")
 benches=(tests/bench/ops_gpu_perf.cu tests/bench/reduce_gpu_perf.cu)
