@@ -86,15 +86,20 @@ Status ctcLossBackward(void* gradLogProbs, const void* grad, const void* logProb
         const CtcBetaBody<T> step{c, lp, targets, inputLengths, targetLengths, beta.data(), t};
         for (int64_t i = 0; i < c.batch * c.width; ++i) step(i);
       }
+      std::vector<double> tops(static_cast<size_t>(c.steps * c.batch)),
+          sums(static_cast<size_t>(n));
+      const CtcSharesBody<T> shares{c,           static_cast<const T*>(logAlpha),
+                                    targets,     targetLengths,
+                                    beta.data(), tops.data(),
+                                    sums.data()};
+      forEachIndex(c.steps * c.batch, threads, 64, shares);
       const CtcGradientBody<T> body{c,
                                     lp,
-                                    static_cast<const T*>(logAlpha),
                                     static_cast<const T*>(nll),
                                     static_cast<const T*>(grad),
-                                    targets,
                                     inputLengths,
-                                    targetLengths,
-                                    beta.data(),
+                                    tops.data(),
+                                    sums.data(),
                                     static_cast<T*>(gradLogProbs)};
       forEachIndex(n, threads, 4096, body);
     }

@@ -11,6 +11,7 @@
 //     l'(s))
 //   (s skips to s + 2 where l'(s) is a label other than l'(s + 2)); -inf from T_b on.
 //   The gradient at (t, b, c), t < T_b: with m' the largest log α + log β over s (0 if -inf),
+//   (both, and the class sums below, computed once per (t, b)),
 //     S = Σ over s with l'(s) = c, in increasing s, of e^(log α + log β - m'),
 //     (e^(log p) - e^(log S + m' + nll_b - log p)) · grad_b
 //   rounded once to the dtype; 0 from T_b on, and for b whose nll is infinite with zeroInfinity.
@@ -109,24 +110,19 @@ struct CtcBetaBody {
   }
 };
 
-// The gradient at (t, b, c), i = (t · B + b) · C + c, into gradLogProbs [T, B, C].
+// (t, b), j = t · B + b: m' (tops[j]) and each class's sum of e^(log α + log β - m') over its
+// positions in increasing s (sums[j · C + c], 0 for a class no position has).
 template <typename T>
-struct CtcGradientBody {
+struct CtcSharesBody {
   Ctc c;
-  const T *logProbs, *logAlpha, *nll, *grad;
-  const int64_t *targets, *inputLengths, *targetLengths;
+  const T* logAlpha;
+  const int64_t *targets, *targetLengths;
   const double* beta;
-  T* out;
-  DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
-    using A = typename kernels::Traits<T>::Acc;
-    const int64_t k = i % c.classes, b = (i / c.classes) % c.batch, t = i / (c.classes * c.batch);
-    const double loss = static_cast<double>(kernels::Traits<T>::load(nll[b]));
-    if (t >= inputLengths[b] || (c.zeroInfinity && (loss == HUGE_VAL || loss == -HUGE_VAL))) {
-      out[i] = kernels::Traits<T>::store(A(0));
-      return;
-    }
+  double *tops, *sums;
+  DETCOLL_HOST_DEVICE void operator()(int64_t j) const {
+    const int64_t b = j % c.batch, t = j / c.batch;
     const T* alpha = logAlpha + (b * c.steps + t) * c.alphaWidth;
-    const double* betas = beta + (t * c.batch + b) * c.width;
+    const double* betas = beta + j * c.width;
     const int64_t used = 2 * targetLengths[b] + 1;
     double top = ctc::negInf();
     for (int64_t s = 0; s < used; ++s) {
@@ -134,14 +130,37 @@ struct CtcGradientBody {
       top = both > top ? both : top;
     }
     if (top == ctc::negInf()) top = 0;
-    double sum = 0;
+    tops[j] = top;
+    double* sum = sums + j * c.classes;
+    for (int64_t k = 0; k < c.classes; ++k) sum[k] = 0;
     for (int64_t s = 0; s < used; ++s) {
-      if (ctc::label(c, targets, targetLengths, b, s) != k) continue;
-      sum = sum + ::exp(static_cast<double>(kernels::Traits<T>::load(alpha[s])) + betas[s] - top);
+      const int64_t k = ctc::label(c, targets, targetLengths, b, s);
+      sum[k] =
+          sum[k] + ::exp(static_cast<double>(kernels::Traits<T>::load(alpha[s])) + betas[s] - top);
     }
+  }
+};
+
+// The gradient at (t, b, c), i = (t · B + b) · C + c, into gradLogProbs [T, B, C].
+template <typename T>
+struct CtcGradientBody {
+  Ctc c;
+  const T *logProbs, *nll, *grad;
+  const int64_t* inputLengths;
+  const double *tops, *sums;
+  T* out;
+  DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
+    using A = typename kernels::Traits<T>::Acc;
+    const int64_t b = (i / c.classes) % c.batch, t = i / (c.classes * c.batch);
+    const double loss = static_cast<double>(kernels::Traits<T>::load(nll[b]));
+    if (t >= inputLengths[b] || (c.zeroInfinity && (loss == HUGE_VAL || loss == -HUGE_VAL))) {
+      out[i] = kernels::Traits<T>::store(A(0));
+      return;
+    }
+    const double top = tops[i / c.classes];
     const double lp = static_cast<double>(kernels::Traits<T>::load(logProbs[i]));
     const double g = static_cast<double>(kernels::Traits<T>::load(grad[b]));
-    const double r = (::exp(lp) - ::exp(::log(sum) + top + loss - lp)) * g;
+    const double r = (::exp(lp) - ::exp(::log(sums[i]) + top + loss - lp)) * g;
     out[i] = kernels::Traits<T>::store(static_cast<A>(r));
   }
 };

@@ -1,8 +1,8 @@
 #pragma once
 
 // ctc_loss's backward (kernels/ops/ctc.h) on an executor: the labels checked, log β one launch per
-// time step (every batch element and position at once, each from the step after it), then one
-// body per gradient element, which sums its class's positions in order.
+// time step (every batch element and position at once, each from the step after it), the class
+// sums one body per (time, batch element), then one body per gradient element.
 
 #include <cstdint>
 #include <string>
@@ -51,10 +51,12 @@ Status ctcLossBackward(E& e, void* gradLogProbs, const void* grad, const void* l
       for (int64_t t = c.steps - 1; t >= 0; --t) {
         e.launch(c.batch * c.width, CtcBetaBody<T>{c, lp, targets, inputsOn, lengthsOn, beta, t});
       }
-      e.launch(
-          n, CtcGradientBody<T>{c, lp, static_cast<const T*>(logAlpha), static_cast<const T*>(nll),
-                                static_cast<const T*>(grad), targets, inputsOn, lengthsOn, beta,
-                                static_cast<T*>(gradLogProbs)});
+      double* tops = e.template alloc<double>(c.steps * c.batch);
+      double* sums = e.template alloc<double>(n);
+      e.launch(c.steps * c.batch, CtcSharesBody<T>{c, static_cast<const T*>(logAlpha), targets,
+                                                   lengthsOn, beta, tops, sums});
+      e.launch(n, CtcGradientBody<T>{c, lp, static_cast<const T*>(nll), static_cast<const T*>(grad),
+                                     inputsOn, tops, sums, static_cast<T*>(gradLogProbs)});
     }
   });
   return e.status();
