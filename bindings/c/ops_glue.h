@@ -49,6 +49,19 @@ inline Status placeOf(const char* op,
   [&](void*) -> Status { return Status::internal("device memory in a build without CUDA"); }
 #endif
 
+// For callOp: the device kernel kernels::ops::device::CALL and the CPU reference
+// kernels::ops::CALL, each a lambda of the dtype (`type`; the device's also of `stream`).
+#if DETCOLL_WITH_CUDA
+#define DETCOLL_DEVICE_OP(...) \
+  [&](DataType type, void* stream) -> Status { return kernels::ops::device::__VA_ARGS__; }
+#else
+#define DETCOLL_DEVICE_OP(...)                                        \
+  [&](DataType, void*) -> Status {                                    \
+    return Status::internal("device memory in a build without CUDA"); \
+  }
+#endif
+#define DETCOLL_HOST_OP(...) [&](DataType type) -> Status { return kernels::ops::__VA_ARGS__; }
+
 // onHost() for host memory; onDevice(stream) on `device`, on the calling thread's stream, or on
 // the legacy default stream, waited for, when none is set.
 template <typename Device, typename Host>
@@ -110,6 +123,44 @@ inline Status typeOf(const char* op, detcoll_dtype_t dtype, DataType* type) {
   }
   *type = static_cast<DataType>(dtype);
   return Status::ok();
+}
+
+// The buffers an op names, for placeOf.
+using Buffers = std::initializer_list<std::pair<const void*, const char*>>;
+
+// What an op's C entry does: the dtype checked, then check() (the entry's own arguments), the
+// buffers placed, then onDevice(type, stream) or onHost(type) (DETCOLL_DEVICE_OP and
+// DETCOLL_HOST_OP make them); the C status.
+template <typename Check, typename Device, typename Host>
+detcoll_status_t callOpChecked(const char* op, detcoll_dtype_t dtype, Check check, Buffers buffers,
+                               Device onDevice, Host onHost) {
+  int device = -1;
+  DataType type = DataType::kFloat32;
+  Status status = typeOf(op, dtype, &type);
+  if (status.isOk()) status = check();
+  if (status.isOk()) status = placeOf(op, buffers, &device);
+  if (status.isOk()) {
+    status = run(
+        op, device, [&](void* stream) { return onDevice(type, stream); },
+        [&] { return onHost(type); });
+  }
+  return finish(status);
+}
+
+template <typename Device, typename Host>
+detcoll_status_t callOp(const char* op, detcoll_dtype_t dtype, Buffers buffers, Device onDevice,
+                        Host onHost) {
+  return callOpChecked(
+      op, dtype, [] { return Status::ok(); }, buffers, onDevice, onHost);
+}
+
+// lo to hi spatial dimensions, with their arrays given (`what` names them).
+inline Status spatialRange(const char* op, int spatial, int lo, int hi, bool given,
+                           const char* what) {
+  if (spatial >= lo && spatial <= hi && given) return Status::ok();
+  return Status::invalidArgument(std::string(op) + ": " + std::to_string(lo) +
+                                 (hi == lo + 1 ? " or " : " to ") + std::to_string(hi) +
+                                 " spatial dimensions, with " + what);
 }
 
 inline Status poolOf(const char* op, const detcoll_pool2d_t* pool, int64_t planes, int64_t inHeight,

@@ -47,6 +47,21 @@ TEST(CApiOps, EveryNewEntryRefusesAnUnknownDtypeByName) {
                 "crop_and_resize_backward");
 }
 
+TEST(CApiOps, SpatialArraysAreCheckedAfterTheDtypeAndBeforeTheyAreRead) {
+  float f[4] = {};
+  const int64_t sizes[4] = {2, 2, 2, 2};
+  EXPECT_EQ(detcoll_pad_backward(f, f, DETCOLL_FLOAT32, 1, sizes, 4, sizes, 1),
+            DETCOLL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(detcoll_last_error()),
+            "reflection_pad_backward: 1 to 3 spatial dimensions, with their sizes and padding");
+  EXPECT_EQ(detcoll_adaptive_avg_pool_backward(f, f, DETCOLL_FLOAT32, 1, sizes, nullptr, 2),
+            DETCOLL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(detcoll_last_error()),
+            "adaptive_avg_pool_backward: 2 or 3 spatial dimensions, with their sizes");
+  expectRefused(detcoll_adaptive_avg_pool_backward(f, f, kBad, 1, sizes, nullptr, 2),
+                "adaptive_avg_pool_backward");
+}
+
 TEST(CApiOps, HostCallsGiveTheKernelsResults) {
   // histc through C and through the kernel.
   const std::vector<float> x{0.5f, 1.5f, 2.5f, 2.75f, NAN, -1.0f, 3.0f};
