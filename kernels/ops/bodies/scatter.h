@@ -189,26 +189,8 @@ Status sparseDenseMatmul(E& e, void* out, int64_t outRows, DataType type, const 
   DETCOLL_RETURN_IF_ERROR(
       checkSparseDense(out, outRows, type, rows, cols, values, nnz, dense, denseRows, columns));
   // The rows first, then the columns, as the CPU reference checks them.
-  const struct {
-    const int64_t* array;
-    const char* what;
-    int64_t limit;
-  } checks[] = {{rows, "rows", outRows}, {cols, "cols", denseRows}};
-  for (const auto& check : checks) {
-    int64_t failed = kNoFailure;
-    if (nnz > 0) {
-      DETCOLL_RETURN_IF_ERROR(runCheck(
-          e, nnz,
-          [&](int64_t* bad) {
-            return RangeCheckBody{check.array, check.limit, Skip{}, bad};
-          },
-          &failed));
-    }
-    if (failed != kNoFailure) {
-      return outOfRange(check.what, failed, readIndex(e, check.array, failed), check.limit)
-          .prefixed(op);
-    }
-  }
+  DETCOLL_RETURN_IF_ERROR(checkRange(e, rows, nnz, outRows, "rows").prefixed(op));
+  DETCOLL_RETURN_IF_ERROR(checkRange(e, cols, nnz, denseRows, "cols").prefixed(op));
   SegmentJob job;
   job.destination = rows;
   job.n = nnz;
@@ -298,16 +280,9 @@ Status embeddingBagBackward(E& e, void* gradWeight, int64_t numWeights, DataType
   job.skip.which = paddingIdx;
   job.what = "indices";
   // The indices first, as the CPU reference checks them first.
+  DETCOLL_RETURN_IF_ERROR(
+      checkRange(e, indices, count, numWeights, "indices", job.skip).prefixed(op));
   int64_t failed = kNoFailure;
-  DETCOLL_RETURN_IF_ERROR(runCheck(
-      e, count,
-      [&](int64_t* bad) {
-        return RangeCheckBody{indices, numWeights, job.skip, bad};
-      },
-      &failed));
-  if (failed != kNoFailure) {
-    return outOfRange("indices", failed, readIndex(e, indices, failed), numWeights).prefixed(op);
-  }
   if (bags > 0) {
     DETCOLL_RETURN_IF_ERROR(runCheck(
         e, bags,
@@ -404,24 +379,9 @@ Status weightedScatter(E& e, void* out, int64_t planes, int64_t outInner, DataTy
   const char* op = "weighted_scatter";
   DETCOLL_RETURN_IF_ERROR(checkWeightedScatter(op, out, planes, outInner, type, destination, n,
                                                values, valuesInner, rows));
-  const struct {
-    const int64_t* array;
-    int64_t limit;
-    const char* what;
-  } checks[] = {{destination, outInner, "destination"}, {rows, valuesInner, "rows"}};
-  for (const auto& check : checks) {
-    if (check.array == nullptr || n == 0) continue;
-    int64_t failed = kNoFailure;
-    DETCOLL_RETURN_IF_ERROR(runCheck(
-        e, n,
-        [&](int64_t* bad) {
-          return RangeCheckBody{check.array, check.limit, Skip{}, bad};
-        },
-        &failed));
-    if (failed != kNoFailure) {
-      return outOfRange(check.what, failed, readIndex(e, check.array, failed), check.limit)
-          .prefixed(op);
-    }
+  DETCOLL_RETURN_IF_ERROR(checkRange(e, destination, n, outInner, "destination").prefixed(op));
+  if (rows != nullptr) {
+    DETCOLL_RETURN_IF_ERROR(checkRange(e, rows, n, valuesInner, "rows").prefixed(op));
   }
   SegmentJob job;
   job.destination = destination;

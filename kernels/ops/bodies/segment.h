@@ -53,6 +53,23 @@ struct RangeCheckBody {
   }
 };
 
+// array[0 .. n) against [0, limit) on the executor (entries `skip` names pass): the first entry
+// outside named as `what`, in checkSegments' words.
+template <typename E>
+Status checkRange(E& e, const int64_t* array, int64_t n, int64_t limit, const char* what,
+                  Skip skip = {}) {
+  if (n <= 0) return Status::ok();
+  int64_t failed = kNoFailure;
+  DETCOLL_RETURN_IF_ERROR(runCheck(
+      e, n,
+      [&](int64_t* bad) {
+        return RangeCheckBody{array, limit, skip, bad};
+      },
+      &failed));
+  if (failed == kNoFailure) return Status::ok();
+  return outOfRange(what, failed, readIndex(e, array, failed), limit);
+}
+
 // Destination d (0 .. destinations): offsets[d] = the first sorted position whose key is >= d.
 template <typename I>
 struct SegmentOffsetsBody {

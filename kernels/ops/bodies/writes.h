@@ -138,18 +138,7 @@ template <typename E>
 Status planeDestinations(E& e, const int64_t* indices, int64_t planes, int64_t per, int64_t inner,
                          int64_t** destination) {
   const int64_t n = planes * per;
-  int64_t failed = kNoFailure;
-  if (n > 0) {
-    DETCOLL_RETURN_IF_ERROR(runCheck(
-        e, n,
-        [&](int64_t* bad) {
-          return RangeCheckBody{indices, inner, Skip{}, bad};
-        },
-        &failed));
-  }
-  if (failed != kNoFailure) {
-    return outOfRange("indices", failed, readIndex(e, indices, failed), inner);
-  }
+  DETCOLL_RETURN_IF_ERROR(checkRange(e, indices, n, inner, "indices"));
   *destination = e.template alloc<int64_t>(n);
   e.launch(n, PlaneOffsets{indices, inner, per, *destination});
   return e.status();
