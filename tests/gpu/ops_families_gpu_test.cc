@@ -245,16 +245,7 @@ TEST(OpsGpu, KthvalueAndMedian) {
     if (!isFloatingPoint(t)) {
       for (double& v : x) v = std::floor(v);
     }
-    Bytes input = isFloatingPoint(t) ? testing::fromDoubles(x, t) : Bytes();
-    if (!isFloatingPoint(t)) {
-      input.resize(x.size() * dataTypeSize(t));
-      for (size_t i = 0; i < x.size(); ++i) {
-        const int64_t v = static_cast<int64_t>(x[i]);
-        const int32_t w = static_cast<int32_t>(v);
-        std::memcpy(input.data() + i * dataTypeSize(t),
-                    t == DataType::kInt64 ? static_cast<const void*>(&v) : &w, dataTypeSize(t));
-      }
-    }
+    const Bytes input = testing::fromDoubles(x, t);
     Device dInput(input);
     for (bool median : {false, true}) {
       Selection q = s;

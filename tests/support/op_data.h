@@ -27,16 +27,21 @@ inline std::vector<float> wideFloats(size_t n, std::mt19937_64& g) {
   return v;
 }
 
-// Each value rounded to the dtype (through float for float16 and bfloat16).
+// Each value in the dtype: rounded (through float for float16 and bfloat16), or converted to the
+// integer (which must hold it).
 inline std::vector<uint8_t> fromDoubles(const std::vector<double>& x, DataType t) {
   std::vector<uint8_t> out(x.size() * dataTypeSize(t));
   for (size_t i = 0; i < x.size(); ++i) {
     const float f = static_cast<float>(x[i]);
     const Half h = floatToHalf(f);
     const BFloat16 b = floatToBFloat16(f);
+    const int64_t l = isFloatingPoint(t) ? 0 : static_cast<int64_t>(x[i]);
+    const int32_t w = static_cast<int32_t>(l);
     const void* from = t == DataType::kFloat64   ? static_cast<const void*>(&x[i])
                        : t == DataType::kFloat32 ? static_cast<const void*>(&f)
                        : t == DataType::kFloat16 ? static_cast<const void*>(&h)
+                       : t == DataType::kInt64   ? static_cast<const void*>(&l)
+                       : t == DataType::kInt32   ? static_cast<const void*>(&w)
                                                  : static_cast<const void*>(&b);
     std::memcpy(out.data() + i * dataTypeSize(t), from, dataTypeSize(t));
   }
