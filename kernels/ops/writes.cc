@@ -202,18 +202,12 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
     using T = typename decltype(tag)::type;
     using W = typename kernels::Traits<T>::Acc;
     const T* x = static_cast<const T*>(input);
-    bool any = false, nan = false;
     double low = 0, high = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(kernels::Traits<T>::load(x[i]));
-      if (v != v) {
-        nan = true;
-        continue;
-      }
-      low = any ? std::fmin(low, v) : v;
-      high = any ? std::fmax(high, v) : v;
-      any = true;
+    int8_t seen = 0;
+    if (min == max && n > 0) {  // the input's range: one chunk of RangeChunkBody
+      RangeChunkBody<T>{x, n, n, &low, &high, &seen}(0);
     }
+    const bool any = (seen & 1) != 0, nan = (seen & 2) != 0;
     double lo = 0, hi = 0;
     W loW{}, hiW{};
     status = histcRange(min, max, any, nan, low, high, &lo, &hi);

@@ -83,6 +83,34 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
 Status histcRange(double min, double max, bool any, bool nan, double low, double high, double* lo,
                   double* hi);
 
+// Chunk c of the input: its smallest and largest non-NaN values (as double); any[c] has bit 0
+// set when it has one, bit 1 when it has a NaN.
+template <typename T>
+struct RangeChunkBody {
+  const T* input;
+  int64_t n, chunk;
+  double *low, *high;
+  int8_t* any;
+  DETCOLL_HOST_DEVICE void operator()(int64_t c) const {
+    const int64_t end = (c + 1) * chunk < n ? (c + 1) * chunk : n;
+    bool seen = false, nan = false;
+    double lo = 0, hi = 0;
+    for (int64_t i = c * chunk; i < end; ++i) {
+      const double v = static_cast<double>(kernels::Traits<T>::load(input[i]));
+      if (v != v) {
+        nan = true;
+        continue;
+      }
+      lo = seen && lo < v ? lo : v;
+      hi = seen && hi > v ? hi : v;
+      seen = true;
+    }
+    low[c] = lo;
+    high[c] = hi;
+    any[c] = static_cast<int8_t>((seen ? 1 : 0) | (nan ? 2 : 0));
+  }
+};
+
 // Value i's bin (-1: not counted), in W, the bounds and the multiplier already rounded to W.
 template <typename T, typename W>
 struct HistcBinBody {
