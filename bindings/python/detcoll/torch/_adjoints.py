@@ -17,7 +17,7 @@ import math
 import torch
 
 import detcoll
-from detcoll.torch import _gathers, ops
+from detcoll.torch import _gathers
 from detcoll import _detcoll
 from detcoll.torch._op_args import _floating, _indices, _values
 from detcoll.torch._tensors import DTYPES
