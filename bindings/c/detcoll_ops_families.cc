@@ -124,31 +124,29 @@ detcoll_status_t detcoll_grid_sampler_backward(
     detcoll_dtype_t dtype, int64_t batch, int64_t channels, const int64_t* input_spatial,
     int spatial, int64_t positions, int interpolation_mode, int padding_mode, int align_corners) {
   const char* op = "grid_sampler_backward";
-  DataType checked;
-  Status status = typeOf(op, dtype, &checked);  // the dtype's error first, as for every op
-  if (status.isOk() && (spatial < 2 || spatial > 3 || input_spatial == nullptr)) {
-    status = Status::invalidArgument(std::string(op) + ": 2 or 3 spatial dimensions, with sizes");
-  }
-  if (!status.isOk()) return finish(status);
   kernels::ops::GridSample s;
-  s.spatial = spatial;
-  s.batch = batch;
-  s.channels = channels;
-  for (int a = 0; a < spatial; ++a) s.sizes[a] = input_spatial[a];
-  s.positions = positions;
-  s.mode = static_cast<kernels::ops::GridMode>(interpolation_mode);
-  s.padding = static_cast<kernels::ops::GridPadding>(padding_mode);
-  s.alignCorners = align_corners != 0;
-  return callOp(op, dtype,
-                {{grad_input, "grad_input"},
-                 {grad_grid, "grad_grid"},
-                 {grad_output, "grad_output"},
-                 {input, "input"},
-                 {grid, "grid"}},
-                DETCOLL_DEVICE_OP(gridSamplerBackward(grad_input, grad_grid, grad_output, input,
-                                                      grid, type, s, stream)),
-                DETCOLL_HOST_OP(gridSamplerBackward(grad_input, grad_grid, grad_output, input, grid,
-                                                    type, s, g_opsThreads)));
+  auto check = [&] {
+    DETCOLL_RETURN_IF_ERROR(spatialRange(op, spatial, 2, 3, input_spatial != nullptr, "sizes"));
+    s.spatial = spatial;
+    s.batch = batch;
+    s.channels = channels;
+    for (int a = 0; a < spatial; ++a) s.sizes[a] = input_spatial[a];
+    s.positions = positions;
+    s.mode = static_cast<kernels::ops::GridMode>(interpolation_mode);
+    s.padding = static_cast<kernels::ops::GridPadding>(padding_mode);
+    s.alignCorners = align_corners != 0;
+    return Status::ok();
+  };
+  return callOpChecked(op, dtype, check,
+                       {{grad_input, "grad_input"},
+                        {grad_grid, "grad_grid"},
+                        {grad_output, "grad_output"},
+                        {input, "input"},
+                        {grid, "grid"}},
+                       DETCOLL_DEVICE_OP(gridSamplerBackward(grad_input, grad_grid, grad_output,
+                                                             input, grid, type, s, stream)),
+                       DETCOLL_HOST_OP(gridSamplerBackward(grad_input, grad_grid, grad_output,
+                                                           input, grid, type, s, g_opsThreads)));
 }
 
 detcoll_status_t detcoll_ctc_loss_backward(void* grad_log_probs, const void* grad,

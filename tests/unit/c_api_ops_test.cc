@@ -60,6 +60,11 @@ TEST(CApiOps, SpatialArraysAreCheckedAfterTheDtypeAndBeforeTheyAreRead) {
             "adaptive_avg_pool_backward: 2 or 3 spatial dimensions, with their sizes");
   expectRefused(detcoll_adaptive_avg_pool_backward(f, f, kBad, 1, sizes, nullptr, 2),
                 "adaptive_avg_pool_backward");
+  EXPECT_EQ(
+      detcoll_grid_sampler_backward(f, f, f, f, f, DETCOLL_FLOAT32, 1, 1, nullptr, 2, 1, 0, 0, 0),
+      DETCOLL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(detcoll_last_error()),
+            "grid_sampler_backward: 2 or 3 spatial dimensions, with sizes");
 }
 
 TEST(CApiOps, HostCallsGiveTheKernelsResults) {
