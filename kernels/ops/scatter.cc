@@ -53,13 +53,10 @@ Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, co
   const int64_t n = product(indexShape);
   if (n == 0) return Status::ok();
   // Every index position: its destination (self's flat offset) and its source (src's, kept
-  // only where src is shaped differently from index).
-  const bool sameShape = indexShape == srcShape;
+  // only where src is shaped differently from index; in one dimension, position p is src[p]).
+  const bool sameShape = indexShape == srcShape || rank == 1;
   std::vector<int64_t> destination(rank == 1 ? 0 : n), source(sameShape ? 0 : n);
   std::vector<int64_t> coordinate(rank, 0);
-  if (rank == 1) {  // the index is the destination: only check it
-    DETCOLL_RETURN_IF_ERROR(checkSegments(index, n, selfShape[0], "index").prefixed(op));
-  }
   for (int64_t p = 0; rank > 1 && p < n; ++p) {
     const int64_t v = index[p];
     if (v < 0 || v >= selfShape[dim]) {
@@ -85,8 +82,11 @@ Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, co
   in.type = type;
   in.rowStride = 1;
   in.rows = sameShape ? nullptr : source.data();
-  return scatterReduce(rank == 1 ? index : destination.data(), n, product(selfShape), Skip{}, in,
-                       SegmentOutput{self, 1, 1, SegmentInit::kOutput}, threads)
+  const SegmentOutput out{self, 1, 1, SegmentInit::kOutput};
+  if (rank == 1) {  // the index is the destination, checked as it is added
+    return checkAndScatter(index, n, selfShape[0], "index", in, out, threads).prefixed(op);
+  }
+  return scatterReduce(destination.data(), n, product(selfShape), Skip{}, in, out, threads)
       .prefixed(op);
 }
 
@@ -97,8 +97,18 @@ Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, cons
   DETCOLL_RETURN_IF_ERROR(checkIndexAddShapes(selfShape, &dim, indexCount, sourceShape));
   const int64_t m = selfShape.empty() ? 1 : selfShape[dim];
   const int64_t outer = product(selfShape, 0, dim), inner = product(selfShape, dim + 1);
-  DETCOLL_RETURN_IF_ERROR(checkSegments(index, indexCount, m, "index").prefixed(op));
   const size_t size = dataTypeSize(type);
+  if (outer == 1) {  // one pass: the index checked as it is added
+    SegmentSources in;
+    in.values = source;
+    in.type = type;
+    in.rowStride = inner;
+    in.scale = alpha;
+    return checkAndScatter(index, indexCount, m, "index", in,
+                           SegmentOutput{self, inner, inner, SegmentInit::kOutput}, threads)
+        .prefixed(op);
+  }
+  DETCOLL_RETURN_IF_ERROR(checkSegments(index, indexCount, m, "index").prefixed(op));
   for (int64_t o = 0; o < outer; ++o) {
     SegmentSources in;
     in.values = static_cast<const char*>(source) + o * indexCount * inner * size;

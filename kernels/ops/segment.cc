@@ -1,6 +1,7 @@
 #include "kernels/ops/segment.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -110,10 +111,56 @@ void reduceAll(const SegmentPlan& plan, const SegmentSources& in, const SegmentO
   for (std::thread& w : workers) w.join();
 }
 
+// One value a source, added in place over the whole output, rows [0, m). Where every row
+// already holds its own stored form (no NaN other than the canonical one), storing every row at
+// the end leaves the rows no source reaches as they were, so no row needs marking and the loop is
+// the sequential one; otherwise this writes nothing and returns false. With `what` set, the
+// destinations are checked a block at a time just before the block is added (so they are read
+// once), and a bad one puts the output back as it was and leaves checkSegments' error in *status.
+template <typename T>
+bool addInPlace(const int64_t* destination, int64_t n, int64_t m, const T* values, int64_t from,
+                T* result, int64_t to, const char* what, Status* status = nullptr) {
+  std::vector<T> saved(what != nullptr ? static_cast<size_t>(m) : 0);
+  for (int64_t d = 0; d < m; ++d) {
+    const T v = result[d * to], kept = Traits<T>::store(v);
+    if (std::memcmp(&v, &kept, sizeof(T)) != 0) return false;
+    if (what != nullptr) saved[d] = v;
+  }
+  constexpr int64_t kBlock = 4096;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t end = std::min(n, start + kBlock);
+    if (what != nullptr) {
+      uint64_t bad = 0;
+      for (int64_t s = start; s < end; ++s) {
+        bad |= static_cast<uint64_t>(static_cast<uint64_t>(destination[s]) >=
+                                     static_cast<uint64_t>(m));
+      }
+      if (bad != 0) {
+        for (int64_t d = 0; d < m; ++d) result[d * to] = saved[d];
+        *status = checkSegments(destination, n, m, what);
+        return true;
+      }
+    }
+    for (int64_t s = start; s < end; ++s) {
+      T& acc = result[destination[s] * to];
+      acc = wrapAdd(acc, values[s * from]);
+    }
+  }
+  for (int64_t d = 0; d < m; ++d) result[d * to] = Traits<T>::store(result[d * to]);
+  return true;
+}
+
+// The threads scatterAll uses.
+int scatterThreads(int64_t n, int64_t m, int64_t columns, int threads) {
+  const int64_t work = n * columns + m;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return static_cast<int>(std::min<int64_t>({threads, 1 + work / (256 << 10), m}));
+}
+
 // The one-pass formulation for destinations [first, last).
 template <typename T>
 void scatterRange(const int64_t* destination, int64_t n, Skip skip, const SegmentSources& in,
-                  const SegmentOutput& out, int64_t first, int64_t last) {
+                  const SegmentOutput& out, int64_t first, int64_t last, bool whole) {
   using A = AccOf<T>;
   constexpr bool kInPlace = std::is_same_v<T, A>;  // the output is its own accumulator
   const T* values = static_cast<const T*>(in.values);
@@ -155,7 +202,11 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
     }
   };
   if constexpr (kInPlace) {
-    if (plain) {  // one value a source, added in place: the loop at its simplest
+    if (plain && whole &&
+        addInPlace(destination, n, last, values, in.rowStride, result, out.rowStride, nullptr)) {
+      return;
+    }
+    if (plain) {  // the same loop, marking the rows written
       for (int64_t s = 0; s < n; ++s) {
         const int64_t d = destination[s];
         if (d >= first && d < last) {
@@ -208,19 +259,17 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
 template <typename T>
 void scatterAll(const int64_t* destination, int64_t n, int64_t m, Skip skip,
                 const SegmentSources& in, const SegmentOutput& out, int threads) {
-  const int64_t work = n * out.columns + m;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<int>(std::min<int64_t>({threads, 1 + work / (256 << 10), m}));
+  threads = scatterThreads(n, m, out.columns, threads);
   if (threads <= 1) {
-    scatterRange<T>(destination, n, skip, in, out, 0, m);
+    scatterRange<T>(destination, n, skip, in, out, 0, m, true);
     return;
   }
   std::vector<std::thread> workers;
   for (int t = 1; t < threads; ++t) {
     workers.emplace_back(scatterRange<T>, destination, n, skip, std::cref(in), std::cref(out),
-                         m * t / threads, m * (t + 1) / threads);
+                         m * t / threads, m * (t + 1) / threads, false);
   }
-  scatterRange<T>(destination, n, skip, in, out, 0, m / threads);
+  scatterRange<T>(destination, n, skip, in, out, 0, m / threads, false);
   for (std::thread& w : workers) w.join();
 }
 
@@ -238,6 +287,30 @@ Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations
     scatterAll<typename decltype(tag)::type>(destination, n, destinations, skip, in, out, threads);
   });
   return Status::ok();
+}
+
+Status checkAndScatter(const int64_t* destination, int64_t n, int64_t destinations,
+                       const char* what, const SegmentSources& in, const SegmentOutput& out,
+                       int threads) {
+  const bool plain = out.columns == 1 && out.init == SegmentInit::kOutput && !out.mean &&
+                     in.rows == nullptr && in.weights == nullptr && in.scale == 1.0;
+  // One pass pays where the output (copied to undo) is small beside the destinations.
+  if (plain && n > 0 && destinations > 0 && destination != nullptr && in.values != nullptr &&
+      out.values != nullptr && destinations * 4 <= n &&
+      scatterThreads(n, destinations, 1, threads) <= 1) {
+    Status status;
+    bool done = false;
+    visitType(in.type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, AccOf<T>>) {
+        done = addInPlace(destination, n, destinations, static_cast<const T*>(in.values),
+                          in.rowStride, static_cast<T*>(out.values), out.rowStride, what, &status);
+      }
+    });
+    if (done) return status;
+  }
+  DETCOLL_RETURN_IF_ERROR(checkSegments(destination, n, destinations, what));
+  return scatterReduce(destination, n, destinations, Skip{}, in, out, threads);
 }
 
 Status outOfRange(const char* what, int64_t at, int64_t value, int64_t destinations) {

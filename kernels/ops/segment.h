@@ -92,4 +92,11 @@ Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const S
 Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations, Skip skip,
                      const SegmentSources& in, const SegmentOutput& out, int threads);
 
+// checkSegments (no skip), then scatterReduce: the same bits and the same error, the output
+// unchanged on an error. Where each source is one value added in place to a small output on one
+// thread, in one pass over the destinations, each block checked just before it is added.
+Status checkAndScatter(const int64_t* destination, int64_t n, int64_t destinations,
+                       const char* what, const SegmentSources& in, const SegmentOutput& out,
+                       int threads);
+
 }  // namespace detcoll::kernels::ops

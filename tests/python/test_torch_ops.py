@@ -308,6 +308,22 @@ def test_scatter_add_equals_torch(dtype, dim):
     assert_within_order_error(ours, theirs, magnitude, 40, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("extra", [0, 7])
+def test_one_dimensional_scatter_add_takes_src_by_position(dtype, extra):
+    # Long enough for the one-pass loop on one thread; src may be longer than the index.
+    g = generator(f"torch/scatter1d/{dtype}/{extra}")
+    x, src = wide(g, [50], dtype), wide(g, [4000 + extra], dtype)
+    index = torch.randint(0, 50, (4000,), generator=g)
+    assert_bits(ops.scatter_add(x, 0, index, src), torch.scatter_add(x, 0, index, src))
+    bad = index.clone()
+    bad[3999] = 50
+    before = x.clone()
+    with pytest.raises(detcoll.InvalidArgumentError, match=r"index\[3999\] = 50 is out of range"):
+        ops.scatter_add_(x, 0, bad, src)
+    assert_bits(x, before)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("alpha", [1, 0.5, 0.37])

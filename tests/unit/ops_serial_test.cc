@@ -39,17 +39,61 @@ void expectSameError(const Status& serial, const Status& reference, const std::s
 }
 
 TEST(SerialScatterAdd, OneDimensionCarriesValuesThroughTheSort) {
+  // src longer than the index: position p adds src[p]. One thread takes the reference's one-pass
+  // loop (index checked as it is added), two the split one.
   for (DataType t : testing::kAllTypes) {
     const int64_t n = 5000, m = 37;
     const std::vector<int64_t> index = opIndices(n, 0, m, 1);
-    const Bytes src = opValues(t, n, 2), base = opValues(t, m, 3);
-    Bytes serial = base, reference = base;
-    ASSERT_TRUE(
-        testing::serial::scatterAdd(serial.data(), {m}, t, 0, index.data(), {n}, src.data(), {n})
-            .isOk());
-    ASSERT_TRUE(
-        scatterAdd(reference.data(), {m}, t, 0, index.data(), {n}, src.data(), {n}, 2).isOk());
-    expectSame(serial, reference, t, "scatter_add 1-D " + dataTypeName(t));
+    for (int64_t extra : {0, 17}) {
+      const Bytes src = opValues(t, n + extra, 2), base = opValues(t, m, 3);
+      Bytes serial = base;
+      ASSERT_TRUE(testing::serial::scatterAdd(serial.data(), {m}, t, 0, index.data(), {n},
+                                              src.data(), {n + extra})
+                      .isOk());
+      for (int threads : {1, 2}) {
+        Bytes reference = base;
+        ASSERT_TRUE(scatterAdd(reference.data(), {m}, t, 0, index.data(), {n}, src.data(),
+                               {n + extra}, threads)
+                        .isOk());
+        expectSame(serial, reference, t,
+                   "scatter_add 1-D " + dataTypeName(t) + " src +" + std::to_string(extra) +
+                       ", threads " + std::to_string(threads));
+      }
+    }
+  }
+}
+
+TEST(SerialScatterAdd, ABadIndexLateInTheOnePassLeavesTheOutputAsItWas) {
+  // The one-pass loop adds blocks of the index before it reaches a bad entry: the output must
+  // come back bit for bit, with the error the checked formulations give.
+  for (DataType t : testing::kAllTypes) {
+    const int64_t n = 20000, m = 50;
+    for (int64_t badAt : {int64_t{5}, int64_t{9000}, n - 1}) {
+      for (int64_t badValue : {m, int64_t{-1}}) {
+        std::vector<int64_t> index = opIndices(n, 0, m, 4);
+        index[badAt] = badValue;
+        const Bytes src = opValues(t, n, 5), base = opValues(t, m, 6);
+        Bytes serial = base, reference = base, indexed = base;
+        const Status viaSerial = testing::serial::scatterAdd(serial.data(), {m}, t, 0, index.data(),
+                                                             {n}, src.data(), {n});
+        const Status viaReference =
+            scatterAdd(reference.data(), {m}, t, 0, index.data(), {n}, src.data(), {n}, 1);
+        const std::string what = "scatter_add " + dataTypeName(t) + " index[" +
+                                 std::to_string(badAt) + "] = " + std::to_string(badValue);
+        expectSameError(viaSerial, viaReference, what);
+        EXPECT_NE(viaReference.message().find("index[" + std::to_string(badAt) + "]"),
+                  std::string::npos)
+            << viaReference.message();
+        expectSame(reference, base, t, what);
+        const Status viaIndexAdd =
+            indexAdd(indexed.data(), {m}, t, 0, index.data(), n, src.data(), {n}, 1.0, 1);
+        EXPECT_NE(viaIndexAdd.message().find("index_add: index[" + std::to_string(badAt) +
+                                             "] = " + std::to_string(badValue)),
+                  std::string::npos)
+            << viaIndexAdd.message();
+        expectSame(indexed, base, t, "index_add " + what);
+      }
+    }
   }
 }
 
