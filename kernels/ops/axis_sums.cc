@@ -12,45 +12,64 @@ namespace {
 using kernels::Traits;
 using kernels::visitType;
 using kernels::wrapAdd;
+using tree::kLanes;
+using tree::laneSums;
+using tree::pairwise;
 
 template <typename T>
 using AccOf = typename Traits<T>::Acc;
 
-// The tree over one output element's sequence: values at base + offsets[j].
+// Outputs [first, last). Strided plans take their chunks kLanes at a time: chunks of one output,
+// or the same chunk of kLanes consecutive outputs where the outputs are contiguous.
 template <typename T>
-AccOf<T> treeSum(const T* base, const std::vector<int64_t>& offsets, std::vector<AccOf<T>>& sums) {
+void sumRange(const T* in, const SumPlan& plan, T* out, int64_t first, int64_t last) {
   using A = AccOf<T>;
-  const int64_t k = static_cast<int64_t>(offsets.size());
-  if (k == 0) return A{};
-  sums.clear();
-  for (int64_t start = 0; start < k; start += kChunk) {
-    const int64_t end = std::min(k, start + kChunk);
-    A s = Traits<T>::load(base[offsets[start]]);
-    for (int64_t j = start + 1; j < end; ++j) s = wrapAdd(s, Traits<T>::load(base[offsets[j]]));
-    sums.push_back(s);
+  const int64_t k = plan.count, chunks = (k + kChunk - 1) / kChunk, full = k / kChunk;
+  if (k == 0) {
+    for (int64_t o = first; o < last; ++o) out[o] = Traits<T>::store(A{});
+    return;
   }
-  while (sums.size() > 1) {
-    size_t w = 0;
-    for (size_t r = 0; r + 1 < sums.size(); r += 2) sums[w++] = wrapAdd(sums[r], sums[r + 1]);
-    if (sums.size() % 2 == 1) sums[w++] = sums.back();
-    sums.resize(w);
+  const int64_t step = plan.stride, span = kChunk * step;
+  std::vector<A> sums(static_cast<size_t>(chunks * kLanes));
+  const T* lane[kLanes];
+  if (step > 0 && plan.outputsContiguous) {
+    for (int64_t o = first; o < last; o += kLanes) {
+      const int lanes = static_cast<int>(std::min<int64_t>(kLanes, last - o));
+      for (int64_t i = 0; i < chunks; ++i) {  // sums[l · chunks + i]: chunk i of output o + l
+        for (int l = 0; l < lanes; ++l) lane[l] = in + plan.outBase[o + l] + i * span;
+        A s[kLanes];
+        laneSums(lane, lanes, step, i < full ? kChunk : k - full * kChunk, s);
+        for (int l = 0; l < lanes; ++l) sums[l * chunks + i] = s[l];
+      }
+      for (int l = 0; l < lanes; ++l)
+        out[o + l] = Traits<T>::store(pairwise(&sums[l * chunks], chunks));
+    }
+    return;
   }
-  return sums[0];
+  for (int64_t o = first; o < last; ++o) {
+    const T* base = in + plan.outBase[o];
+    int64_t i = 0;
+    if (step > 0) {
+      for (; i + kLanes <= full; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l) lane[l] = base + (i + l) * span;
+        laneSums(lane, kLanes, step, kChunk, &sums[i]);
+      }
+    }
+    for (; i < chunks; ++i) {  // the rest, one chunk at a time
+      const int64_t end = std::min(k, (i + 1) * kChunk);
+      A s = Traits<T>::load(base[plan.offset(i * kChunk)]);
+      for (int64_t j = i * kChunk + 1; j < end; ++j)
+        s = wrapAdd(s, Traits<T>::load(base[plan.offset(j)]));
+      sums[i] = s;
+    }
+    out[o] = Traits<T>::store(pairwise(sums.data(), chunks));
+  }
 }
 
 template <typename T>
-void sumRange(const T* in, const std::vector<int64_t>& outBase, const std::vector<int64_t>& offsets,
-              T* out, int64_t first, int64_t last) {
-  std::vector<AccOf<T>> sums;
-  for (int64_t o = first; o < last; ++o)
-    out[o] = Traits<T>::store(treeSum(in + outBase[o], offsets, sums));
-}
-
-template <typename T>
-void sumAll(const void* in, const std::vector<int64_t>& outBase,
-            const std::vector<int64_t>& offsets, void* out, int threads) {
-  const int64_t m = static_cast<int64_t>(outBase.size());
-  const int64_t work = m * static_cast<int64_t>(offsets.size() + 1);
+void sumAll(const void* in, const SumPlan& plan, void* out, int threads) {
+  const int64_t m = static_cast<int64_t>(plan.outBase.size());
+  const int64_t work = m * (plan.count + 1);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<int>(
       std::min<int64_t>({threads, 1 + work / (256 << 10), std::max<int64_t>(m, 1)}));
@@ -58,10 +77,10 @@ void sumAll(const void* in, const std::vector<int64_t>& outBase,
   T* y = static_cast<T*>(out);
   std::vector<std::thread> workers;
   for (int t = 1; t < threads; ++t) {
-    workers.emplace_back(sumRange<T>, x, std::cref(outBase), std::cref(offsets), y, m * t / threads,
+    workers.emplace_back(sumRange<T>, x, std::cref(plan), y, m * t / threads,
                          m * (t + 1) / threads);
   }
-  sumRange<T>(x, outBase, offsets, y, 0, m / std::max(threads, 1));
+  sumRange<T>(x, plan, y, 0, m / std::max(threads, 1));
   for (std::thread& w : workers) w.join();
 }
 
@@ -103,7 +122,24 @@ Status planSum(const Shape& shape, std::vector<int> axes, SumPlan* plan) {
   std::vector<bool> kept(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) kept[d] = !reduced[d];
   plan->outBase = positions(shape, strides, kept);
-  plan->offsets = positions(shape, strides, reduced);
+  // The reduced axes of more than one element, adjacent ones merged: one run is one stride.
+  int runs = 0, innermost = -1;
+  plan->count = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (!reduced[d]) continue;
+    plan->count *= shape[d];
+    if (shape[d] == 1) continue;
+    const bool joins = innermost >= 0 && strides[innermost] == shape[d] * strides[d];
+    if (!joins) ++runs;
+    innermost = d;
+  }
+  plan->offsets.clear();
+  plan->stride = 0;
+  if (plan->count > 0 && runs <= 1) plan->stride = innermost >= 0 ? strides[innermost] : 1;
+  if (plan->count > 0 && plan->stride <= 0) {  // several runs (or no output at all)
+    plan->stride = 0;
+    plan->offsets = positions(shape, strides, reduced);
+  }
   plan->outputsContiguous = rank == 0 || !reduced[rank - 1];
   return Status::ok();
 }
@@ -112,9 +148,7 @@ Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vecto
                    void* out, int threads) {
   SumPlan plan;
   DETCOLL_RETURN_IF_ERROR(planSum(shape, std::move(axes), &plan).prefixed("sum"));
-  visitType(type, [&](auto tag) {
-    sumAll<typename decltype(tag)::type>(in, plan.outBase, plan.offsets, out, threads);
-  });
+  visitType(type, [&](auto tag) { sumAll<typename decltype(tag)::type>(in, plan, out, threads); });
   return Status::ok();
 }
 

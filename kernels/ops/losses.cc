@@ -42,45 +42,49 @@ Status nllLossError(const NllLoss& l, int64_t at, int64_t value) {
 
 Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t* target,
                const void* weight, DataType type, const NllLoss& l, int threads) {
+  (void)threads;  // one pass over the samples; the sums are made as the losses are
   DETCOLL_RETURN_IF_ERROR(checkNllLoss(l, type, output, totalWeight, input, target));
   const int64_t samples = l.outer * l.inner;
-  Status status;
+  for (int64_t k = 0; k < samples; ++k) {  // every target known good before anything is written
+    const int64_t t = target[k];
+    if (t != l.ignoreIndex && (t < 0 || t >= l.classes)) return nllLossError(l, k, t);
+  }
   kernels::visitType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (isFloatingStorage<T>()) {
-      std::vector<T> losses(static_cast<size_t>(samples)), weights(losses.size());
-      int64_t bad = std::numeric_limits<int64_t>::max();
-      const NllSampleBody<T> body{l,
-                                  static_cast<const T*>(input),
-                                  static_cast<const T*>(weight),
-                                  target,
-                                  losses.data(),
-                                  weights.data(),
-                                  &bad};
-      for (int64_t k = 0; k < samples; ++k) body(k);
-      if (bad != std::numeric_limits<int64_t>::max()) {
-        status = nllLossError(l, bad, target[bad]);
+      int64_t unused = 0;  // every target is good
+      NllSampleBody<T> body{l,
+                            static_cast<const T*>(input),
+                            static_cast<const T*>(weight),
+                            target,
+                            nullptr,
+                            nullptr,
+                            &unused};
+      if (l.reduction == 0) {  // the losses into the output, the weights summed as they come
+        const T total =
+            sumsAsMade<T, 1>(samples, [&](int64_t start, int64_t count, T* const* into) {
+              body.losses = static_cast<T*>(output);
+              body.weights = into[0] - start;
+              for (int64_t k = start; k < start + count; ++k) body(k);
+            })[0];
+        if (totalWeight != nullptr) *static_cast<T*>(totalWeight) = total;
         return;
       }
-      if (totalWeight != nullptr) {
-        status = sumOverAxes(weights.data(), {samples}, type, {0}, totalWeight, threads);
-      }
-      if (!status.isOk()) return;
-      if (l.reduction == 0) {  // written only once every target is known good
-        std::copy(losses.begin(), losses.end(), static_cast<T*>(output));
-        return;
-      }
-      T sum;
-      status = sumOverAxes(losses.data(), {samples}, type, {0}, &sum, threads);
-      if (!status.isOk()) return;
+      const std::array<T, 2> sums =
+          sumsAsMade<T, 2>(samples, [&](int64_t start, int64_t count, T* const* into) {
+            body.losses = into[0] - start;
+            body.weights = into[1] - start;
+            for (int64_t k = start; k < start + count; ++k) body(k);
+          });
+      *static_cast<T*>(totalWeight) = sums[1];
       if (l.reduction == 2) {
-        *static_cast<T*>(output) = sum;
+        *static_cast<T*>(output) = sums[0];
       } else {
-        NllMeanBody<T>{&sum, static_cast<const T*>(totalWeight), static_cast<T*>(output)}(0);
+        NllMeanBody<T>{&sums[0], &sums[1], static_cast<T*>(output)}(0);
       }
     }
   });
-  return status;
+  return Status::ok();
 }
 
 }  // namespace detcoll::kernels::ops

@@ -50,7 +50,7 @@ struct NllSampleBody {
       weights[k] = kernels::Traits<T>::store(A(0));
       return;
     }
-    const int64_t n = k / l.inner, i = k % l.inner;
+    const int64_t n = l.inner == 1 ? k : k / l.inner, i = l.inner == 1 ? 0 : k % l.inner;
     const A x = kernels::Traits<T>::load(input[(n * l.classes + t) * l.inner + i]);
     const A w = weight != nullptr ? kernels::Traits<T>::load(weight[t]) : A(1);
     losses[k] = kernels::Traits<T>::round(-x * w);

@@ -6,12 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/ops/op_checks.h"
 #include "tests/support/op_data.h"
 #include "tests/support/reference.h"
 
@@ -75,6 +78,78 @@ TEST(SumOverAxes, MatchesTheRecursiveTreeForEveryAxisSet) {
       EXPECT_EQ(0, std::memcmp(out.data(), expected.data(), out.size() * 4))
           << "axes of size " << axes.size() << ", threads " << threads;
     }
+  }
+}
+
+// The tree of each output's sequence, the sequences gathered by walking the input row-major
+// (which visits each output's reduced positions row-major).
+std::vector<float> referenceSums(const std::vector<float>& x, const Shape& shape,
+                                 const std::vector<int>& axes) {
+  const size_t rank = shape.size();
+  std::vector<bool> reduced(rank, false);
+  for (int a : axes) reduced[a < 0 ? a + rank : a] = true;
+  int64_t outputs = 1;
+  for (size_t d = 0; d < rank; ++d) outputs *= reduced[d] ? 1 : shape[d];
+  std::vector<std::vector<float>> sequences(outputs);
+  std::vector<int64_t> c(rank, 0);
+  for (float v : x) {
+    int64_t o = 0;
+    for (size_t d = 0; d < rank; ++d) o = reduced[d] ? o : o * shape[d] + c[d];
+    sequences[o].push_back(v);
+    for (size_t d = rank; d-- > 0;) {
+      if (++c[d] < shape[d]) break;
+      c[d] = 0;
+    }
+  }
+  std::vector<float> sums;
+  for (const std::vector<float>& sequence : sequences) sums.push_back(tree(sequence));
+  return sums;
+}
+
+TEST(SumOverAxes, LongRunsOutputBlocksAndEmptyAxesMatchTheRecursiveTree) {
+  // Long sequences (chunks taken several at a time, with a partial last chunk), contiguous
+  // outputs in blocks and a partial block, adjacent reduced axes merged into one stride, size-1
+  // axes, two separate runs, and empty axes.
+  std::mt19937_64 g(24);
+  const std::vector<std::pair<Shape, std::vector<int>>> cases = {
+      {{2, 600, 3}, {1}},    {{3, 11, 700}, {2}},   {{5, 300, 2, 7}, {1, 2}}, {{40, 3, 20}, {0, 2}},
+      {{1, 513, 1}, {0, 1}}, {{9, 1, 260}, {1, 2}}, {{4, 0, 5}, {1}},         {{4, 0, 5}, {0}},
+      {{2000}, {0}},         {{17, 1, 3}, {1}}};
+  for (const auto& [shape, axes] : cases) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const std::vector<float> x = testing::wideFloats(n, g);
+    const std::vector<float> expected = referenceSums(x, shape, axes);
+    for (int threads : {1, 3}) {
+      std::vector<float> out(expected.size(), -1.0f);
+      ASSERT_TRUE(
+          sumOverAxes(x.data(), shape, DataType::kFloat32, axes, out.data(), threads).isOk());
+      EXPECT_EQ(0, std::memcmp(out.data(), expected.data(), out.size() * 4))
+          << "shape " << show(shape) << ", " << axes.size() << " axes, threads " << threads;
+    }
+  }
+}
+
+TEST(SumsAsMade, EachIsTheTreeOfItsValuesForEveryLength) {
+  // Lengths around a chunk (32) and a block of chunks (256); the values are asked for in pieces,
+  // two sequences at once.
+  std::mt19937_64 g(25);
+  for (int64_t k : {0, 1, 31, 32, 33, 255, 256, 257, 1000, 4099}) {
+    const std::vector<float> x = testing::wideFloats(k, g), y = testing::wideFloats(k, g);
+    int64_t asked = 0;
+    const std::array<float, 2> sums =
+        sumsAsMade<float, 2>(k, [&](int64_t start, int64_t count, float* const* into) {
+          EXPECT_EQ(start, asked);  // in order, each value once
+          asked += count;
+          std::copy(x.begin() + start, x.begin() + start + count, into[0]);
+          std::copy(y.begin() + start, y.begin() + start + count, into[1]);
+        });
+    EXPECT_EQ(asked, k);
+    const float expected[2] = {tree(x), tree(y)};
+    EXPECT_EQ(0, std::memcmp(sums.data(), expected, 8)) << "k " << k;
+    float viaAxes = -1.0f;
+    ASSERT_TRUE(sumOverAxes(y.data(), {k}, DataType::kFloat32, {0}, &viaAxes, 1).isOk());
+    EXPECT_EQ(0, std::memcmp(&sums[1], &viaAxes, 4)) << "k " << k;
   }
 }
 

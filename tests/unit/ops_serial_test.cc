@@ -387,7 +387,8 @@ TEST(SerialBincount, WeightsAndCounts) {
 
 TEST(SerialSum, TreeLevelsEqualTheReferenceForEveryLayout) {
   const Shape shape{5, 33, 7, 9};
-  const std::vector<std::vector<int>> axesList = {{0}, {1}, {3}, {0, 2}, {1, 3}, {0, 1, 2, 3}, {}};
+  const std::vector<std::vector<int>> axesList = {{0},    {1},    {3},          {0, 2}, {1, 3},
+                                                  {1, 2}, {2, 3}, {0, 1, 2, 3}, {}};
   for (DataType t : testing::kAllTypes) {
     const Bytes in = opValues(t, 5 * 33 * 7 * 9, 19);
     for (const auto& axes : axesList) {

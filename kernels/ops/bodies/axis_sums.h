@@ -25,18 +25,21 @@ struct ChunkSumBody {
   using A = typename kernels::Traits<T>::Acc;
   const T* in;
   const int64_t* outBase;
-  const int64_t* offsets;
-  int64_t k, m, chunks;
+  const int64_t* offsets;  // null: element j at j · stride
+  int64_t stride, k, m, chunks;
   bool oFastest;
   A* sums;
 
+  DETCOLL_HOST_DEVICE int64_t at(int64_t j) const {
+    return offsets != nullptr ? offsets[j] : j * stride;
+  }
   DETCOLL_HOST_DEVICE void operator()(int64_t t) const {
     const int64_t i = oFastest ? t / m : t % chunks, o = oFastest ? t % m : t / chunks;
     const T* base = in + outBase[o];
     const int64_t start = i * kChunk, end = start + kChunk < k ? start + kChunk : k;
-    A s = kernels::Traits<T>::load(base[offsets[start]]);
+    A s = kernels::Traits<T>::load(base[at(start)]);
     for (int64_t j = start + 1; j < end; ++j) {
-      s = kernels::wrapAdd(s, kernels::Traits<T>::load(base[offsets[j]]));
+      s = kernels::wrapAdd(s, kernels::Traits<T>::load(base[at(j)]));
     }
     sums[i * m + o] = s;
   }
@@ -71,7 +74,7 @@ Status sumOverAxes(E& e, const void* in, const Shape& shape, DataType type, std:
   SumPlan plan;
   DETCOLL_RETURN_IF_ERROR(planSum(shape, std::move(axes), &plan).prefixed("sum"));
   const int64_t m = static_cast<int64_t>(plan.outBase.size());
-  const int64_t k = static_cast<int64_t>(plan.offsets.size());
+  const int64_t k = plan.count;
   if (m == 0) return Status::ok();
   Status status;
   kernels::visitType(type, [&](auto tag) {
@@ -83,13 +86,16 @@ Status sumOverAxes(E& e, const void* in, const Shape& shape, DataType type, std:
       return;
     }
     int64_t* outBase = e.template alloc<int64_t>(m);
-    int64_t* offsets = e.template alloc<int64_t>(k);
     e.toDevice(outBase, plan.outBase.data(), m * sizeof(int64_t));
-    e.toDevice(offsets, plan.offsets.data(), k * sizeof(int64_t));
+    int64_t* offsets = nullptr;
+    if (plan.stride == 0) {
+      offsets = e.template alloc<int64_t>(k);
+      e.toDevice(offsets, plan.offsets.data(), k * sizeof(int64_t));
+    }
     int64_t chunks = (k + kChunk - 1) / kChunk;
     A* sums = e.template alloc<A>(chunks * m);
-    e.launch(chunks * m, ChunkSumBody<T>{static_cast<const T*>(in), outBase, offsets, k, m, chunks,
-                                         plan.outputsContiguous, sums});
+    e.launch(chunks * m, ChunkSumBody<T>{static_cast<const T*>(in), outBase, offsets, plan.stride,
+                                         k, m, chunks, plan.outputsContiguous, sums});
     if (chunks > 1) {
       A* next = e.template alloc<A>(((chunks + 1) / 2) * m);
       while (chunks > 1) {
