@@ -218,13 +218,26 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
   if (count < 0 || minlength < 0 || outLength == nullptr) {
     return Status::invalidArgument(std::string(op) + ": negative size or no outLength");
   }
-  int64_t largest = -1;
-  for (int64_t i = 0; i < count; ++i) {
+  // Four independent chains and no early exit, so the scan runs at memory speed.
+  int64_t most[4] = {-1, -1, -1, -1}, least[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    for (int l = 0; l < 4; ++l) {
+      most[l] = std::max(most[l], input[i + l]);
+      least[l] = std::min(least[l], input[i + l]);
+    }
+  }
+  for (; i < count; ++i) {
+    most[0] = std::max(most[0], input[i]);
+    least[0] = std::min(least[0], input[i]);
+  }
+  const int64_t largest = std::max({most[0], most[1], most[2], most[3]});
+  const int64_t smallest = std::min({least[0], least[1], least[2], least[3]});
+  for (i = 0; smallest < 0 && i < count; ++i) {
     if (input[i] < 0) {
       return Status::invalidArgument(std::string(op) + ": input[" + std::to_string(i) +
                                      "] = " + std::to_string(input[i]) + " is negative");
     }
-    largest = std::max(largest, input[i]);
   }
   *outLength = std::max(minlength, largest + 1);
   if (out == nullptr) return Status::ok();

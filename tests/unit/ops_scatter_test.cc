@@ -218,11 +218,26 @@ TEST(Bincount, WeightsAndCounts) {
   ASSERT_TRUE(
       bincount(counts.data(), &length, DataType::kInt64, input.data(), n, nullptr, 0, 1).isOk());
   EXPECT_EQ(counts, expectedCounts);
+  EXPECT_EQ(length, 37);
   const std::vector<int64_t> negative{1, -2};
   const Status s =
       bincount(out.data(), &length, DataType::kFloat32, negative.data(), 2, weights.data(), 0, 1);
   EXPECT_NE(s.message().find("bincount: input[1] = -2 is negative"), std::string::npos)
       << s.message();
+  // The largest value and the first negative one, wherever they sit (the scan runs four
+  // positions at a time, then the rest).
+  for (int64_t at = 0; at < 11; ++at) {
+    std::vector<int64_t> v(11, 1);
+    v[at] = 5;
+    ASSERT_TRUE(bincount(nullptr, &length, DataType::kInt64, v.data(), 11, nullptr, 0, 1).isOk());
+    EXPECT_EQ(length, 6) << "largest at " << at;
+    v[at] = -3;
+    if (at + 2 < 11) v[at + 2] = -4;
+    const Status bad = bincount(nullptr, &length, DataType::kInt64, v.data(), 11, nullptr, 0, 1);
+    EXPECT_NE(bad.message().find("input[" + std::to_string(at) + "] = -3 is negative"),
+              std::string::npos)
+        << bad.message();
+  }
 }
 
 TEST(WeightedScatter, PlanesRowsAndWeightsMatchTheLoop) {
