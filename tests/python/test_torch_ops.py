@@ -671,6 +671,12 @@ def test_sum_follows_the_fixed_tree_and_not_the_thread_count():
             assert_bits(ops.sum(x, dim), ours)
         ops.set_num_threads(0)
     assert ops.sum(x, 1, keepdim=True).shape == (3, 1, 7)
+    for empty in ((), []):  # torch's empty dim list: every axis
+        expected = ops.sum(x)
+        assert_bits(ops.sum(x, empty), expected)
+        assert ops.sum(x, empty).shape == torch.sum(x, dim=empty).shape == ()
+        assert_bits(ops.sum(x, empty, keepdim=True), expected.reshape(1, 1, 1))
+        assert torch.sum(x, dim=empty, keepdim=True).shape == (1, 1, 1)
 
 
 def test_bias_add_grad_is_the_same_in_both_layouts():

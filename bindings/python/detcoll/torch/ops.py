@@ -271,8 +271,8 @@ def sum(input, dim=None, keepdim=False):  # noqa: A001 (torch.sum's name)
     op = "sum"
     x = _values(input, op, "input")
     rank = x.dim()
-    if dim is None:
-        axes = list(range(rank))
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        axes = list(range(rank))  # torch 1.13 reduces every axis for an empty dim list too
     else:
         axes = [int(d) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
     normalized = []
