@@ -273,6 +273,75 @@ def test_refused_like_torch_or_by_name():
     assert torch.equal(y, torch.arange(6.0))
 
 
+def test_views_that_share_a_buffer_but_no_element_are_written_as_torch_writes_them():
+    # torch refuses only the same tensor, or dense tensors whose spans meet; a column beside
+    # another, or the even rows beside the odd ones, pass (at::assert_no_overlap).
+    def cases():
+        b = torch.arange(20.0).reshape(5, 4) / 3
+        b[:, 0].index_add_(0, torch.tensor([0, 2, 2, 1, 4]), b[:, 1])
+        yield b
+        b = torch.arange(24.0).reshape(6, 4) / 7
+        b[::2].index_put_((torch.tensor([0, 2, 0]),), b[1::2], accumulate=True)
+        yield b
+        b = torch.arange(24.0).reshape(6, 4) / 7
+        b[::2][torch.tensor([1, 1])] = b[1::2][:2]
+        yield b
+        b = torch.arange(12.0).reshape(3, 4) / 9
+        b[:, 1].scatter_add_(0, torch.tensor([2, 0, 2]), b[:, 3])
+        yield b
+        b = torch.arange(12.0).reshape(3, 4) / 9
+        b[:, 0].put_(torch.tensor([1, 1, 0]), b[:, 2], accumulate=True)
+        yield b
+    expected = list(cases())
+    with dt.patched(devices=("cpu",)):
+        ours = list(cases())
+        calls = dt.patch_state()["calls"]
+    assert calls.get("index_add_", 0) + calls.get("index_add", 0) >= 1, calls
+    for mine, theirs in zip(ours, expected):
+        assert torch.equal(bits(mine), bits(theirs))
+    with dt.patched(devices=("cpu",)):  # the same dense elements are still refused
+        b = torch.arange(8.0)
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            b[1:5].index_put_((torch.tensor([0, 1]),), b[:2])
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            b.put_(torch.tensor([0, 1]), b[:2], accumulate=True)
+    assert torch.equal(b, torch.arange(8.0))
+
+
+def test_a_mask_with_one_value_of_any_dtype_fills_as_torch_fills():
+    # torch's index_put_ without accumulate is masked_fill_ for one bool or uint8 mask (after
+    # any None) and a one-element CPU value, whatever the value's dtype.
+    def cases():
+        x = torch.arange(6.0).reshape(2, 3)
+        mask = torch.tensor([[True, False, True], [False, True, False]])
+        x[mask] = torch.tensor(3)  # int64 into float32
+        yield x
+        y = torch.arange(6).reshape(2, 3)
+        y[y > 2] = torch.tensor(2.75)  # float into int64: truncated, as item() does
+        yield y
+        z = torch.zeros(2, 3, 4, dtype=torch.bfloat16)
+        torch.ops.aten.index_put_(z, [None, torch.tensor([1, 0, 1], dtype=torch.uint8)],
+                                  torch.tensor([1.5]), False)
+        yield z
+        w = torch.zeros(4, 2, dtype=torch.float64)
+        w[torch.tensor([True, False, False, True])] = torch.tensor(0.1, dtype=torch.float32)
+        yield w
+        v = torch.arange(4.0)
+        torch.ops.aten.index_put_(v, [torch.tensor(True)], torch.tensor(-2.0), False)
+        yield v
+    expected = list(cases())
+    with dt.patched(devices=("cpu",)):
+        ours = list(cases())
+        calls = dt.patch_state()["calls"]
+    assert calls.get("_index_put_impl_", 0) >= 4, calls
+    for mine, theirs in zip(ours, expected):
+        assert mine.dtype == theirs.dtype and torch.equal(mine, theirs), (mine, theirs)
+    with dt.patched(devices=("cpu",)):  # values of several elements keep the dtype check
+        x = torch.zeros(3)
+        with pytest.raises(detcoll.InvalidArgumentError, match="values has dtype torch.int64"):
+            x[torch.tensor([True, False, True])] = torch.tensor([1, 2])
+
+
 def test_a_patch_that_fails_partway_leaves_torchs_kernels(monkeypatch):
     other = torch.library.Library("aten", "IMPL")  # another Python override of scatter_add
     with pytest.warns(UserWarning):

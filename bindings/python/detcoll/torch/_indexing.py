@@ -59,6 +59,32 @@ def index_put_(input, indices, values, accumulate=False):
     return _index_put(input, indices, values, accumulate)
 
 
+def _masked_fill(input, indices, values):
+    """torch's index_put_ without accumulate is masked_fill_ (deterministic: one value written)
+    when the indices are one bool or uint8 mask on input's device, with None for any leading
+    dimensions, and values is one element on the CPU, of any dtype (converted as item() does).
+    Does that and returns True there, as torch does; False elsewhere."""
+    if not (isinstance(values, torch.Tensor) and values.numel() == 1 and
+            values.device.type == "cpu" and isinstance(indices, (list, tuple))):
+        return False
+    mask, covered = None, 0
+    for index in indices:
+        if index is None:
+            covered += 1
+            continue
+        if not isinstance(index, torch.Tensor) or mask is not None or \
+                index.dtype not in (torch.bool, torch.uint8) or index.device != input.device:
+            return False
+        if tuple(index.shape) != tuple(input.shape[covered:covered + index.dim()]):
+            return False  # the general path names the mismatch
+        mask, covered = index, covered + index.dim()
+    if mask is None:
+        return False
+    input.masked_fill_(mask.bool().reshape(tuple(mask.shape) + (1,) * (input.dim() - covered)),
+                       values.item())
+    return True
+
+
 def _index_put(input, indices, values, accumulate=False):
     """input.index_put_(indices, values, accumulate): indices a tuple with an entry per leading
     dimension (None: the whole dimension; an integer tensor; a bool mask, over as many dimensions
@@ -67,6 +93,8 @@ def _index_put(input, indices, values, accumulate=False):
     repeat, the last value in that order is written."""
     op = "index_put_"
     self = _values(input, op, "input")
+    if not accumulate and _masked_fill(input, indices, values):
+        return input
     if not isinstance(indices, (list, tuple)):
         raise detcoll.InvalidArgumentError(f"{op}: indices must be a tuple of tensors or None")
     # Bool masks become one integer index per dimension they cover.

@@ -28,22 +28,40 @@ def _widened(op, *tensors):
     return [t.long() if t.dtype in _NARROW_INTEGERS else t for t in tensors]
 
 
-def _no_overlap(op, self, *others):
-    """An in-place op whose other inputs share memory with `self` is refused, as torch refuses it:
-    the result would depend on the order of the writes."""
-    def span(t):
-        if t.numel() == 0:
-            return None
-        lo = hi = t.data_ptr()
-        for size, stride in zip(t.shape, t.stride()):
-            extent = (size - 1) * stride * t.element_size()
-            lo, hi = (lo + extent, hi) if extent < 0 else (lo, hi + extent)
-        return lo, hi + t.element_size()
+def _dense(t):
+    """Whether t's elements fill its span exactly once, in some order of its dimensions."""
+    expected = 1
+    for stride, size in sorted((stride, size) for size, stride in zip(t.shape, t.stride())
+                               if size != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
-    mine = span(self)
+
+def _span(t):
+    lo = hi = t.data_ptr()
+    for size, stride in zip(t.shape, t.stride()):
+        extent = (size - 1) * stride * t.element_size()
+        lo, hi = (lo + extent, hi) if extent < 0 else (lo, hi + extent)
+    return lo, hi + t.element_size()
+
+
+def _no_overlap(op, self, *others):
+    """An in-place op whose other inputs share elements with `self` is refused, as torch refuses
+    it (at::assert_no_overlap): the same tensor, or two dense tensors whose spans meet. Views that
+    are not dense (a column beside another) pass, as in torch; detcoll's ops read such inputs
+    before they write (the non-dense one is copied), so the result does not depend on the order
+    of the writes."""
     for other in others:
-        theirs = span(other)
-        if mine and theirs and mine[0] < theirs[1] and theirs[0] < mine[1]:
+        if other is self:
+            raise detcoll.InvalidArgumentError(
+                f"{op}: some elements of the input tensor and the written-to tensor refer to a "
+                "single memory location")
+        if self.numel() == 0 or other.numel() == 0 or not (_dense(self) and _dense(other)):
+            continue
+        mine, theirs = _span(self), _span(other)
+        if mine[0] < theirs[1] and theirs[0] < mine[1]:
             raise detcoll.InvalidArgumentError(
                 f"{op}: some elements of the input tensor and the written-to tensor refer to a "
                 "single memory location")

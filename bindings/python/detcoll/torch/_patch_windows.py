@@ -99,6 +99,8 @@ def _interpolate_entries():
 
 
 def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
+    if not accumulate and _indexing._masked_fill(self, indices, values):
+        return self  # torch's own shortcut, before its checks, for every dtype
     _widened("index_put_", self, values)  # refuses complex
     _no_overlap("index_put_", self, values, *[i for i in indices if i is not None])
     if self.dtype in _NARROW_INTEGERS:
