@@ -342,6 +342,16 @@ def test_a_mask_with_one_value_of_any_dtype_fills_as_torch_fills():
             x[torch.tensor([True, False, True])] = torch.tensor([1, 2])
 
 
+def test_an_empty_list_of_ops_patches_nothing_and_leaves_patch_free():
+    assert dt.patch(devices=("cpu",), ops=[]) == []
+    assert dt.patch_state()["replaced"] == []
+    assert dt.patch(devices=("cpu",), ops=["bincount"]) == ["aten::bincount on cpu"]
+    assert dt.unpatch() == ["aten::bincount on cpu"]
+    with dt.patched(devices=("cpu",), ops=()) as replaced:
+        assert replaced == []
+    assert dt.unpatch() == []
+
+
 def test_a_patch_that_fails_partway_leaves_torchs_kernels(monkeypatch):
     other = torch.library.Library("aten", "IMPL")  # another Python override of scatter_add
     with pytest.warns(UserWarning):

@@ -287,8 +287,9 @@ def _counted(name, fn, calls):
 def patch(devices=("cuda",), ops=None):  # noqa: A002 (the ops it patches)
     """Registers detcoll's deterministic kernels in place of torch's for `devices` ("cuda", the
     default: where torch's accumulate with atomicAdd; "cpu" too, for tests) and `ops` (names of
-    PATCHABLE; None: all that this torch has). Returns the list of "aten::<op> on <device>"
-    replaced. A second patch() without an unpatch() between refuses."""
+    PATCHABLE; None: all that this torch has; an empty list: none, and nothing is patched).
+    Returns the list of "aten::<op> on <device>" replaced. A second patch() without an unpatch()
+    between refuses."""
     devices = (devices,) if isinstance(devices, str) else tuple(dict.fromkeys(devices))
     bad = [d for d in devices if d not in _DISPATCH_KEYS]
     if bad or not devices:
@@ -304,6 +305,8 @@ def patch(devices=("cuda",), ops=None):  # noqa: A002 (the ops it patches)
             raise detcoll.InvalidArgumentError(
                 "detcoll.torch.patch: already patched (" + ", ".join(_state["replaced"]) +
                 "); call detcoll.torch.unpatch() first")
+        if not names:  # nothing to replace: nothing is patched, and a later patch() may run
+            return []
         library = torch.library.Library("aten", "IMPL")
         calls = {}
         replaced = []
