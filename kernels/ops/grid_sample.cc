@@ -39,7 +39,7 @@ Status checkGridSample(const GridSample& g, DataType type, const void* gradInput
   DETCOLL_RETURN_IF_ERROR(sizesFit("grid_sampler_backward", {g.batch, g.channels, g.positions}));
   DETCOLL_RETURN_IF_ERROR(sizesFit("grid_sampler_backward", {g.batch, g.positions, 16}));
   const bool reads = g.batch * g.positions > 0;
-  if (reads && (gradOutput == nullptr || grid == nullptr ||
+  if (reads && ((g.channels > 0 && gradOutput == nullptr) || grid == nullptr ||
                 (g.channels * g.inner() > 0 && input == nullptr))) {
     return Status::invalidArgument(op + "grad_output, input or grid is null");
   }

@@ -277,12 +277,13 @@ void scatterAll(const int64_t* destination, int64_t n, int64_t m, Skip skip,
 
 Status scatterReduce(const int64_t* destination, int64_t n, int64_t destinations, Skip skip,
                      const SegmentSources& in, const SegmentOutput& out, int threads) {
-  if (destinations > 0 && out.values == nullptr) {
+  if (destinations > 0 && out.columns > 0 && out.values == nullptr) {
     return Status::invalidArgument("the output is null");
   }
   if (n > 0 && out.columns > 0 && in.values == nullptr) {
     return Status::invalidArgument("the source values are null");
   }
+  if (out.columns == 0 || destinations == 0) return Status::ok();  // nothing to write
   visitType(in.type, [&](auto tag) {
     scatterAll<typename decltype(tag)::type>(destination, n, destinations, skip, in, out, threads);
   });
@@ -354,12 +355,13 @@ Status planSegments(const int64_t* destination, int64_t n, int64_t destinations,
 
 Status reduceSegments(const SegmentPlan& plan, const SegmentSources& in, const SegmentOutput& out,
                       int threads) {
-  if (plan.destinations > 0 && out.values == nullptr) {
+  if (plan.destinations > 0 && out.columns > 0 && out.values == nullptr) {
     return Status::invalidArgument("the output is null");
   }
   if (!plan.order.empty() && out.columns > 0 && in.values == nullptr) {
     return Status::invalidArgument("the source values are null");
   }
+  if (out.columns == 0 || plan.destinations == 0) return Status::ok();  // nothing to write
   visitType(in.type,
             [&](auto tag) { reduceAll<typename decltype(tag)::type>(plan, in, out, threads); });
   return Status::ok();

@@ -342,6 +342,40 @@ def test_a_mask_with_one_value_of_any_dtype_fills_as_torch_fills():
             x[torch.tensor([True, False, True])] = torch.tensor([1, 2])
 
 
+def test_zero_size_tensors_give_torchs_empty_results():
+    # An empty tensor's data pointer is null: nothing to write is not a missing buffer.
+    def cases():
+        yield torch.zeros(4, 0).index_add(0, torch.tensor([1, 1]), torch.zeros(2, 0))
+        x = torch.randn(4, 0, requires_grad=True)
+        x.index_select(0, torch.tensor([1, 3])).sum().backward()
+        yield x.grad
+        w = torch.randn(5, 0, requires_grad=True)
+        F.embedding(torch.tensor([1, 2]), w).sum().backward()
+        yield w.grad
+        w = torch.randn(5, 0, requires_grad=True)
+        F.embedding_bag(torch.tensor([0, 1, 2]), w, torch.tensor([0, 1])).sum().backward()
+        yield w.grad
+        for spatial in (2, 3):
+            x = torch.randn((1, 0) + (4,) * spatial, requires_grad=True)
+            grid = (torch.rand((1,) + (3,) * spatial + (spatial,)) * 2 - 1).requires_grad_()
+            F.grid_sample(x, grid, align_corners=False).sum().backward()
+            yield x.grad
+            yield grid.grad
+    expected = list(cases())
+    with dt.patched(devices=("cpu",)):
+        ours = list(cases())
+        calls = dt.patch_state()["calls"]
+    assert calls.get("grid_sampler_2d_backward", 0) == 1, calls
+    assert calls.get("grid_sampler_3d_backward", 0) == 1, calls
+    for mine, theirs in zip(ours, expected):
+        assert mine.shape == theirs.shape and torch.equal(mine, theirs), (mine, theirs)
+    segments = ops.unsorted_segment_sum(torch.zeros(3, 0), torch.tensor([0, 1, 1]), 2)
+    assert segments.shape == (2, 0)
+    product = ops.sparse_dense_matmul(torch.tensor([[0, 1], [2, 0]]), torch.tensor([1.5, -2.0]),
+                                      (3, 2), torch.zeros(2, 0))
+    assert product.shape == (3, 0)
+
+
 def test_an_empty_list_of_ops_patches_nothing_and_leaves_patch_free():
     assert dt.patch(devices=("cpu",), ops=[]) == []
     assert dt.patch_state()["replaced"] == []
