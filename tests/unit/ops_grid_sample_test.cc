@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -106,6 +107,40 @@ TEST(GridSampleBackward, APointOnAPixelReadsItAlone) {
   EXPECT_EQ(gradInput, expected);
   EXPECT_EQ(gradGrid[0], 2.5 * (12 - 11) * 2.0);  // d/dx: the next column, (5 - 1) / 2
   EXPECT_EQ(gradGrid[1], 2.5 * (21 - 11) * 1.0);  // d/dy: the next row, (3 - 1) / 2
+}
+
+TEST(GridSampleBackward, ANonFiniteGridValueReadsNothing) {
+  // Zeros padding, bilinear: x = NaN or ±inf puts every tap outside, so neither gradient gets
+  // anything from that point, as in torch's CUDA kernels and its 3-D CPU kernel (they skip the
+  // taps outside; torch's vectorized 2-D CPU kernel multiplies their zeros by NaN weights
+  // instead). The serial run agrees, and the other point keeps its finite gradient.
+  GridSample s;
+  s.batch = 1;
+  s.channels = 2;
+  s.sizes[0] = 3;
+  s.sizes[1] = 4;
+  s.positions = 2;
+  for (double bad : {std::nan(""), double{INFINITY}, -double{INFINITY}}) {
+    const std::vector<double> input = {0.5,  1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21,
+                                       0.25, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 22};
+    const std::vector<double> grid{bad, 0.1, 0.3, -0.2};
+    const std::vector<double> up{1.5, -2.0, 0.75, 3.0};
+    std::vector<double> gradInput(24, -1), gradGrid(4, -1), serInput(24, -2), serGrid(4, -2);
+    ASSERT_TRUE(gridSamplerBackward(gradInput.data(), gradGrid.data(), up.data(), input.data(),
+                                    grid.data(), DataType::kFloat64, s, 1)
+                    .isOk());
+    ASSERT_TRUE(testing::serial::gridSamplerBackward(serInput.data(), serGrid.data(), up.data(),
+                                                     input.data(), grid.data(), DataType::kFloat64,
+                                                     s)
+                    .isOk());
+    EXPECT_EQ(gradGrid[0], 0.0) << bad;
+    EXPECT_EQ(gradGrid[1], 0.0) << bad;
+    EXPECT_TRUE(std::isfinite(gradGrid[2]) && std::isfinite(gradGrid[3]) && gradGrid[2] != 0.0)
+        << bad;
+    for (double g : gradInput) EXPECT_TRUE(std::isfinite(g)) << bad;
+    EXPECT_EQ(0, std::memcmp(serGrid.data(), gradGrid.data(), 4 * sizeof(double))) << bad;
+    EXPECT_EQ(serInput, gradInput) << bad;
+  }
 }
 
 TEST(GridSampleBackward, BadArgumentsAreRefusedInTheSameWords) {
