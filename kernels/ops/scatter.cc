@@ -251,7 +251,9 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
     in.values = &one;
     in.type = DataType::kInt64;
     in.rowStride = 0;
-    if (type != DataType::kInt64) {
+    if (count == 0) {
+      in.type = type;  // no input: null weights may be empty ones; the output is zeros
+    } else if (type != DataType::kInt64) {
       return Status::invalidArgument(std::string(op) + ": counts are int64");
     }
   }

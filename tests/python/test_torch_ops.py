@@ -360,6 +360,11 @@ def test_embedding_backward_equals_torch(padding_idx, by_freq):
     F.embedding(ids, weight, padding_idx, scale_grad_by_freq=by_freq).backward(grad)
     theirs, weight.grad = weight.grad, None
     ops.embedding(ids, weight, padding_idx, scale_grad_by_freq=by_freq).backward(grad)
+    ours, weight.grad = weight.grad, None
+    ops.embedding(ids.int(), weight, padding_idx, scale_grad_by_freq=by_freq).backward(grad)
+    assert_bits(weight.grad, ours)  # int32 ids, as torch takes them
+    with pytest.raises(detcoll.InvalidArgumentError, match="embedding: input must be an int64"):
+        ops.embedding(ids.short(), weight)  # refused in the forward
     if not by_freq:
         assert_bits(weight.grad, theirs)  # PyTorch adds in position order, in float32
         return

@@ -219,6 +219,17 @@ TEST(Bincount, WeightsAndCounts) {
       bincount(counts.data(), &length, DataType::kInt64, input.data(), n, nullptr, 0, 1).isOk());
   EXPECT_EQ(counts, expectedCounts);
   EXPECT_EQ(length, 37);
+  // No input, weights of no elements (an empty tensor's pointer is null): minlength zeros of
+  // the weights' dtype, nothing written past them.
+  for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16}) {
+    std::vector<uint8_t> zeros(4 * 8 + 16, 0xab);
+    ASSERT_TRUE(bincount(zeros.data(), &length, t, nullptr, 0, nullptr, 4, 1).isOk());
+    EXPECT_EQ(length, 4);
+    const size_t bytes = 4 * dataTypeSize(t);
+    EXPECT_EQ(std::vector<uint8_t>(zeros.begin(), zeros.begin() + bytes),
+              std::vector<uint8_t>(bytes, 0));
+    EXPECT_EQ(zeros[bytes], 0xab) << dataTypeName(t);
+  }
   const std::vector<int64_t> negative{1, -2};
   const Status s =
       bincount(out.data(), &length, DataType::kFloat32, negative.data(), 2, weights.data(), 0, 1);

@@ -185,6 +185,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     if max_norm is not None or sparse:
         raise detcoll.InvalidArgumentError(
             "embedding: max_norm and sparse gradients are not supported")
+    if isinstance(input, torch.Tensor) and input.dtype == torch.int32:
+        input = input.long()  # torch takes int32 ids too
+    input = _indices(input, "embedding", "input")  # refused here, not in the backward
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
     return _Embedding.apply(input, weight, -1 if padding_idx is None else padding_idx,
