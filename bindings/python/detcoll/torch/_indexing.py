@@ -32,13 +32,14 @@ def _as_index(t, op, what):
 
 def _wrapped(index, size, op, dim):
     """Negative indices counted from the end; any outside [-size, size) refused by name."""
-    if index.numel():
-        lo, hi = int(index.min()), int(index.max())
-        if lo < -size or hi >= size:
-            bad = lo if lo < -size else hi
-            raise detcoll.InvalidArgumentError(
-                f"{op}: index {bad} is out of bounds for dimension {dim} with size {size}")
-    return torch.where(index < 0, index + size, index)
+    if not index.numel():
+        return index
+    lo, hi = (int(v) for v in torch.aminmax(index))
+    if lo < -size or hi >= size:
+        bad = lo if lo < -size else hi
+        raise detcoll.InvalidArgumentError(
+            f"{op}: index {bad} is out of bounds for dimension {dim} with size {size}")
+    return torch.where(index < 0, index + size, index) if lo < 0 else index
 
 
 def _no_gradient_through_the_add(op, values, accumulate):
@@ -147,10 +148,10 @@ def _index_put(input, indices, values, accumulate=False):
             f"{op}: values of shape {tuple(values.shape)} do not broadcast to the indexed "
             f"shape {tuple(result)}") from None
     # The indexed dimensions first (one linear position), the others after in their order.
-    linear = torch.zeros((), dtype=torch.int64, device=input.device)
+    linear = None
     for d in named:
         index = _wrapped(expanded[d].to(input.device), input.shape[d], op, d)
-        linear = linear * input.shape[d] + index
+        linear = index if linear is None else linear * input.shape[d] + index
     linear = linear.expand(broadcast).reshape(-1)
     k = len(broadcast)
     if adjacent:
