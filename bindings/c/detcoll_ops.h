@@ -49,7 +49,8 @@ DETCOLL_API detcoll_status_t detcoll_embedding_bag_backward(
     int64_t bags, int64_t dim, const int64_t* indices, int64_t count, const int64_t* offsets,
     int mean, const void* per_sample_weights, int64_t padding_idx);
 /* torch.bincount(input, weights, minlength): *out_length = max(minlength, max(input) + 1); out
- * NULL asks for it. weights NULL counts (dtype int64). */
+ * NULL asks for it, and out must then hold that many elements (there is no capacity argument:
+ * ask first). weights NULL counts (dtype int64). On an error *out_length and out are untouched. */
 DETCOLL_API detcoll_status_t detcoll_bincount(void* out, int64_t* out_length, detcoll_dtype_t dtype,
                                               const int64_t* input, int64_t count,
                                               const void* weights, int64_t minlength);

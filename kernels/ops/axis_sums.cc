@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "kernels/accumulate.h"
+#include "kernels/ops/for_each_index.h"
+#include "kernels/ops/op_checks.h"
 
 namespace detcoll::kernels::ops {
 namespace {
@@ -75,13 +77,8 @@ void sumAll(const void* in, const SumPlan& plan, void* out, int threads) {
       std::min<int64_t>({threads, 1 + work / (256 << 10), std::max<int64_t>(m, 1)}));
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
-  std::vector<std::thread> workers;
-  for (int t = 1; t < threads; ++t) {
-    workers.emplace_back(sumRange<T>, x, std::cref(plan), y, m * t / threads,
-                         m * (t + 1) / threads);
-  }
-  sumRange<T>(x, plan, y, 0, m / std::max(threads, 1));
-  for (std::thread& w : workers) w.join();
+  onThreads(threads,
+            [&](int t) { sumRange<T>(x, plan, y, m * t / threads, m * (t + 1) / threads); });
 }
 
 // Flat offsets of every position of the axes in `which`, row-major over those axes.
@@ -117,6 +114,7 @@ Status planSum(const Shape& shape, std::vector<int> axes, SumPlan* plan) {
   for (int64_t d : shape) {
     if (d < 0) return Status::invalidArgument("a negative dimension");
   }
+  DETCOLL_RETURN_IF_ERROR(shapeFits("input", shape));
   std::vector<int64_t> strides(shape.size(), 1);
   for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
   std::vector<bool> kept(shape.size());
@@ -144,10 +142,20 @@ Status planSum(const Shape& shape, std::vector<int> axes, SumPlan* plan) {
   return Status::ok();
 }
 
+Status checkSumBuffers(const SumPlan& plan, const void* in, const void* out) {
+  const bool outputs = !plan.outBase.empty();
+  if (outputs && out == nullptr) return Status::invalidArgument("the output is null");
+  if (outputs && plan.count > 0 && in == nullptr) {
+    return Status::invalidArgument("the input is null");
+  }
+  return Status::ok();
+}
+
 Status sumOverAxes(const void* in, const Shape& shape, DataType type, std::vector<int> axes,
                    void* out, int threads) {
   SumPlan plan;
   DETCOLL_RETURN_IF_ERROR(planSum(shape, std::move(axes), &plan).prefixed("sum"));
+  DETCOLL_RETURN_IF_ERROR(checkSumBuffers(plan, in, out).prefixed("sum"));
   visitType(type, [&](auto tag) { sumAll<typename decltype(tag)::type>(in, plan, out, threads); });
   return Status::ok();
 }

@@ -113,6 +113,10 @@ struct SumPlan {
 };
 Status planSum(const Shape& shape, std::vector<int> axes, SumPlan* plan);
 
+// The buffers a plan reads and writes: the input where some output sums something, the output
+// where there is one.
+Status checkSumBuffers(const SumPlan& plan, const void* in, const void* out);
+
 // The axes bias_add's gradient sums: all but the channel axis.
 Status biasAddAxes(const Shape& shape, bool channelsFirst, std::vector<int>* axes);
 

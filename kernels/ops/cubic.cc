@@ -55,8 +55,8 @@ Status cubicTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool ali
   taps->outWidth = outputSpatial[1];
   const double sy = !scales.empty() ? scales[0] : 0.0, sx = scales.size() > 1 ? scales[1] : 0.0;
   for (double scale : {sy, sx}) {
-    if (scale > 0 && !std::isfinite(static_cast<float>(1.0 / scale))) {
-      return Status::invalidArgument(std::string(op) + ": scale factor " + std::to_string(scale) +
+    if (std::isnan(scale) || (scale > 0 && !std::isfinite(static_cast<float>(1.0 / scale)))) {
+      return Status::invalidArgument(std::string(op) + ": scale factor " + showNumber(scale) +
                                      " gives no finite source position");
     }
   }

@@ -1,7 +1,10 @@
 #include "kernels/ops/op_checks.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 namespace detcoll::kernels::ops {
@@ -50,6 +53,9 @@ Status checkScatterAddShapes(const Shape& selfShape, int* dimension, const Shape
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "index", indexShape));
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "src", srcShape));
   DETCOLL_RETURN_IF_ERROR(normalizeDim(op, dimension, selfShape.size()));
+  DETCOLL_RETURN_IF_ERROR(shapeFits(op, selfShape));
+  DETCOLL_RETURN_IF_ERROR(shapeFits(op, indexShape));
+  DETCOLL_RETURN_IF_ERROR(shapeFits(op, srcShape));
   const size_t rank = selfShape.size();
   if (indexShape.size() != rank || srcShape.size() != rank) {
     return Status::invalidArgument(std::string(op) + ": self " + show(selfShape) + ", index " +
@@ -75,7 +81,11 @@ Status checkIndexAddShapes(const Shape& selfShape, int* dimension, int64_t index
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "self", selfShape));
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "source", sourceShape));
   DETCOLL_RETURN_IF_ERROR(normalizeDim(op, dimension, selfShape.size()));
-  bool fits = sourceShape.size() == selfShape.size() && indexCount >= 0;
+  DETCOLL_RETURN_IF_ERROR(shapeFits(op, selfShape));
+  DETCOLL_RETURN_IF_ERROR(shapeFits(op, sourceShape));
+  // A 0-d self and source: one index.
+  bool fits = sourceShape.size() == selfShape.size() && indexCount >= 0 &&
+              (!selfShape.empty() || indexCount == 1);
   for (size_t d = 0; fits && d < selfShape.size(); ++d) {
     fits =
         static_cast<int>(d) == dim ? sourceShape[d] == indexCount : sourceShape[d] == selfShape[d];
@@ -89,6 +99,40 @@ Status checkIndexAddShapes(const Shape& selfShape, int* dimension, int64_t index
   return Status::ok();
 }
 
+Status checkAlpha(const char* op, DataType type, double alpha) {
+  if (isFloatingPoint(type)) return Status::ok();
+  constexpr double kInt64Bound = 9223372036854775808.0;  // 2^63
+  if (std::isfinite(alpha) && alpha == std::trunc(alpha) && std::fabs(alpha) < kInt64Bound) {
+    return Status::ok();
+  }
+  return Status::invalidArgument(std::string(op) + ": alpha " + showNumber(alpha) + " for " +
+                                 dataTypeName(type) + "; an integer tensor takes an integer alpha");
+}
+
+Status checkBincount(DataType type, const int64_t* input, int64_t count, const void* weights,
+                     int64_t minlength, const int64_t* outLength, const void* out) {
+  const std::string op = "bincount: ";
+  if (count < 0) return Status::invalidArgument(op + "count is " + std::to_string(count));
+  if (minlength < 0) {
+    return Status::invalidArgument(op + "minlength is " + std::to_string(minlength));
+  }
+  if (outLength == nullptr) return Status::invalidArgument(op + "out_length is null");
+  if (count > 0 && input == nullptr) return Status::invalidArgument(op + "input is null");
+  if (out != nullptr && count > 0 && weights == nullptr && type != DataType::kInt64) {
+    return Status::invalidArgument(op + "counts are int64");
+  }
+  return Status::ok();
+}
+
+Status bincountLength(int64_t largest, int64_t minlength, int64_t* length) {
+  if (largest == std::numeric_limits<int64_t>::max()) {
+    return Status::invalidArgument("bincount: input value " + std::to_string(largest) +
+                                   " has no bin (its length would pass int64)");
+  }
+  *length = std::max(minlength, largest + 1);
+  return Status::ok();
+}
+
 Status checkSegmentShapes(const char* op, int64_t segments, const Shape& dataShape, int idDims) {
   DETCOLL_RETURN_IF_ERROR(checkShape(op, "data", dataShape));
   if (idDims < 0 || static_cast<size_t>(idDims) > dataShape.size() || segments < 0) {
@@ -96,7 +140,8 @@ Status checkSegmentShapes(const char* op, int64_t segments, const Shape& dataSha
                                    " dimensions for data " + show(dataShape) + " and " +
                                    std::to_string(segments) + " segments");
   }
-  return Status::ok();
+  DETCOLL_RETURN_IF_ERROR(shapeFits(op, dataShape));
+  return sizesFit(op, {segments, product(dataShape, static_cast<size_t>(idDims))});
 }
 
 Status checkEmbeddingSizes(const char* op, DataType type, int64_t numWeights, int64_t count,
@@ -106,9 +151,12 @@ Status checkEmbeddingSizes(const char* op, DataType type, int64_t numWeights, in
                                    dataTypeName(type));
   }
   if (numWeights < 0 || count < 0 || dim < 0) {
-    return Status::invalidArgument(std::string(op) + ": negative size");
+    return Status::invalidArgument(std::string(op) + ": num_weights " + std::to_string(numWeights) +
+                                   ", count " + std::to_string(count) + " and dim " +
+                                   std::to_string(dim) + " must not be negative");
   }
-  return Status::ok();
+  DETCOLL_RETURN_IF_ERROR(sizesFit(op, {numWeights, dim}));
+  return sizesFit(op, {count, dim});
 }
 
 Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t count, int64_t dim,
@@ -119,19 +167,32 @@ Status checkEmbedding(const char* op, DataType type, int64_t numWeights, int64_t
   return checkSegments(indices, count, numWeights, "indices", *padding).prefixed(op);
 }
 
+Status badBagOffset(const int64_t* offsets, int64_t at, int64_t count) {
+  return Status::invalidArgument(
+      "offsets[" + std::to_string(at) + "] = " + std::to_string(offsets[at]) +
+      " breaks the rule 0 = offsets[0] <= offsets[1] <= ... <= " + std::to_string(count));
+}
+
 Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count) {
+  if (bags > 0 && offsets == nullptr) return Status::invalidArgument("offsets is null");
   for (int64_t b = 0; b < bags; ++b) {
-    const int64_t begin = offsets[b], end = b + 1 < bags ? offsets[b + 1] : count;
-    if ((b == 0 && begin != 0) || begin < 0 || end < begin || end > count) {
-      return Status::invalidArgument(
-          "offsets[" + std::to_string(b) + "] = " + std::to_string(begin) +
-          " breaks the rule 0 = offsets[0] <= offsets[1] <= ... <= " + std::to_string(count));
-    }
+    const int64_t at = bagOffsetBreak(offsets, bags, count, b);
+    if (at >= 0) return badBagOffset(offsets, at, count);
   }
   return Status::ok();
 }
 
+std::string showNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
 Status sizesFit(const std::string& op, std::initializer_list<int64_t> sizes) {
+  return shapeFits(op, Shape(sizes));
+}
+
+Status shapeFits(const std::string& op, const Shape& sizes) {
   constexpr int64_t kLimit = int64_t{1} << 56;
   int64_t total = 1;
   bool fits = true, zero = false;

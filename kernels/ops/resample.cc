@@ -1,12 +1,14 @@
 #include "kernels/ops/resample.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/ops/for_each_index.h"
+#include "kernels/ops/op_checks.h"
 #include "kernels/ops/resample_kernels.h"
 
 namespace detcoll::kernels::ops {
@@ -180,6 +182,14 @@ Status pool2dOutputSize(const Pool2d& p, int64_t* outHeight, int64_t* outWidth) 
                 ") must be between 0 and half the kernel size (" + std::to_string(p.kernelHeight) +
                 ", " + std::to_string(p.kernelWidth) + ")");
   }
+  // Windows, strides and planes whose products fit in 64 bits with room to spare.
+  for (const Status& fit :
+       {sizesFit(op, {p.planes, p.inHeight, p.inWidth}),
+        sizesFit(op, {p.kernelHeight, p.dilationHeight}),
+        sizesFit(op, {p.kernelWidth, p.dilationWidth}), sizesFit(op, {p.strideHeight, p.inHeight}),
+        sizesFit(op, {p.strideWidth, p.inWidth})}) {
+    DETCOLL_RETURN_IF_ERROR(fit);
+  }
   const int64_t h = poolOutput(p.inHeight, p.kernelHeight, p.padHeight, p.strideHeight,
                                p.dilationHeight, p.ceilMode);
   const int64_t w =
@@ -203,6 +213,14 @@ Status checkBilinear(const void* gradInput, const void* gradOutput, DataType typ
         std::string(op) + ": sizes must be positive: " + std::to_string(s.planes) +
         " planes, input " + std::to_string(s.inHeight) + " x " + std::to_string(s.inWidth) +
         ", output " + std::to_string(s.outHeight) + " x " + std::to_string(s.outWidth));
+  }
+  DETCOLL_RETURN_IF_ERROR(sizesFit(op, {s.planes, s.inHeight, s.inWidth}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit(op, {s.planes, s.outHeight, s.outWidth}));
+  for (double scale : {s.scaleHeight, s.scaleWidth}) {
+    if (std::isnan(scale) || (scale > 0 && !std::isfinite(static_cast<float>(1.0 / scale)))) {
+      return Status::invalidArgument(std::string(op) + ": scale factor " + showNumber(scale) +
+                                     " gives no finite source position");
+    }
   }
   if (s.planes > 0 && (gradInput == nullptr || gradOutput == nullptr)) {
     return Status::invalidArgument(std::string(op) + ": a null tensor");

@@ -66,7 +66,8 @@ LinearAxisTable<A> linearAxis(int64_t in, int64_t out, bool alignCorners, double
     double r =
         alignCorners ? step * static_cast<double>(o) : step * (static_cast<double>(o) + 0.5) - 0.5;
     if (r < 0) r = 0;
-    i0[o] = std::min(static_cast<int64_t>(std::floor(r)), in - 1);
+    // Past the last input (a huge scale) the source is the last input: no overflowing cast.
+    i0[o] = r < static_cast<double>(in - 1) ? static_cast<int64_t>(std::floor(r)) : in - 1;
     i1[o] = i0[o] + (i0[o] < in - 1 ? 1 : 0);
     t.l1[o] = static_cast<A>(std::min(std::max(r - static_cast<double>(i0[o]), 0.0), 1.0));
     t.l0[o] = A(1) - t.l1[o];
@@ -158,7 +159,7 @@ inline PoolGeometry geometry(const Pool2d& p, int64_t outHeight, int64_t outWidt
 DETCOLL_HOST_DEVICE inline bool windowTaps(int64_t start, int64_t kernel, int64_t dilation,
                                            int64_t size, int64_t* first, int64_t* end) {
   *end = start + (kernel - 1) * dilation + 1 < size ? start + (kernel - 1) * dilation + 1 : size;
-  while (start < 0) start += dilation;
+  if (start < 0) start += (-start + dilation - 1) / dilation * dilation;  // the first tap >= 0
   *first = start;
   return start < *end;
 }

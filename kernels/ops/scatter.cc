@@ -52,6 +52,7 @@ Status scatterAdd(void* self, const Shape& selfShape, DataType type, int dim, co
   const size_t rank = selfShape.size();
   const int64_t n = product(indexShape);
   if (n == 0) return Status::ok();
+  if (index == nullptr) return Status::invalidArgument(std::string(op) + ": index is null");
   // Every index position: its destination (self's flat offset) and its source (src's, kept
   // only where src is shaped differently from index; in one dimension, position p is src[p]).
   const bool sameShape = indexShape == srcShape || rank == 1;
@@ -95,6 +96,7 @@ Status indexAdd(void* self, const Shape& selfShape, DataType type, int dim, cons
                 int threads) {
   const char* op = "index_add";
   DETCOLL_RETURN_IF_ERROR(checkIndexAddShapes(selfShape, &dim, indexCount, sourceShape));
+  DETCOLL_RETURN_IF_ERROR(checkAlpha(op, type, alpha));
   const int64_t m = selfShape.empty() ? 1 : selfShape[dim];
   const int64_t outer = product(selfShape, 0, dim), inner = product(selfShape, dim + 1);
   const size_t size = dataTypeSize(type);
@@ -178,7 +180,8 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
   Skip padding;
   DETCOLL_RETURN_IF_ERROR(
       checkEmbedding(op, type, numWeights, count, dim, indices, paddingIdx, &padding));
-  if (bags < 0) return Status::invalidArgument(std::string(op) + ": negative size");
+  if (bags < 0)
+    return Status::invalidArgument(std::string(op) + ": bags is " + std::to_string(bags));
   if (mean && perSampleWeights != nullptr) {
     return Status::invalidArgument(std::string(op) +
                                    ": per_sample_weights need mode sum, as in PyTorch");
@@ -215,9 +218,7 @@ Status embeddingBagBackward(void* gradWeight, int64_t numWeights, DataType type,
 Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* input, int64_t count,
                 const void* weights, int64_t minlength, int threads) {
   const char* op = "bincount";
-  if (count < 0 || minlength < 0 || outLength == nullptr) {
-    return Status::invalidArgument(std::string(op) + ": negative size or no outLength");
-  }
+  DETCOLL_RETURN_IF_ERROR(checkBincount(type, input, count, weights, minlength, outLength, out));
   // Four independent chains and no early exit, so the scan runs at memory speed.
   int64_t most[4] = {-1, -1, -1, -1}, least[4] = {0, 0, 0, 0};
   int64_t i = 0;
@@ -239,7 +240,9 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
                                      "] = " + std::to_string(input[i]) + " is negative");
     }
   }
-  *outLength = std::max(minlength, largest + 1);
+  int64_t length = 0;
+  DETCOLL_RETURN_IF_ERROR(bincountLength(largest, minlength, &length));
+  *outLength = length;
   if (out == nullptr) return Status::ok();
   SegmentSources in;
   in.type = type;
@@ -251,11 +254,7 @@ Status bincount(void* out, int64_t* outLength, DataType type, const int64_t* inp
     in.values = &one;
     in.type = DataType::kInt64;
     in.rowStride = 0;
-    if (count == 0) {
-      in.type = type;  // no input: null weights may be empty ones; the output is zeros
-    } else if (type != DataType::kInt64) {
-      return Status::invalidArgument(std::string(op) + ": counts are int64");
-    }
+    if (count == 0) in.type = type;  // no input: null weights may be empty ones; zeros out
   }
   return scatterReduce(input, count, *outLength, Skip{}, in,
                        SegmentOutput{out, 1, 1, SegmentInit::kZero}, threads)

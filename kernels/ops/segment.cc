@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/accumulate.h"
+#include "kernels/ops/for_each_index.h"
 
 namespace detcoll::kernels::ops {
 namespace {
@@ -102,13 +103,7 @@ void reduceAll(const SegmentPlan& plan, const SegmentSources& in, const SegmentO
     bounds.push_back(lo);
   }
   bounds.push_back(m);
-  std::vector<std::thread> workers;
-  for (size_t t = 1; t + 1 < bounds.size(); ++t) {
-    workers.emplace_back(reduceRange<T>, std::cref(plan), std::cref(in), std::cref(out), bounds[t],
-                         bounds[t + 1]);
-  }
-  reduceRange<T>(plan, in, out, bounds[0], bounds[1]);
-  for (std::thread& w : workers) w.join();
+  onThreads(threads, [&](int t) { reduceRange<T>(plan, in, out, bounds[t], bounds[t + 1]); });
 }
 
 // One value a source, added in place over the whole output, rows [0, m). Where every row
@@ -264,13 +259,9 @@ void scatterAll(const int64_t* destination, int64_t n, int64_t m, Skip skip,
     scatterRange<T>(destination, n, skip, in, out, 0, m, true);
     return;
   }
-  std::vector<std::thread> workers;
-  for (int t = 1; t < threads; ++t) {
-    workers.emplace_back(scatterRange<T>, destination, n, skip, std::cref(in), std::cref(out),
-                         m * t / threads, m * (t + 1) / threads, false);
-  }
-  scatterRange<T>(destination, n, skip, in, out, 0, m / threads, false);
-  for (std::thread& w : workers) w.join();
+  onThreads(threads, [&](int t) {
+    scatterRange<T>(destination, n, skip, in, out, m * t / threads, m * (t + 1) / threads, false);
+  });
 }
 
 }  // namespace

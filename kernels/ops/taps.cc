@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/ops/op_checks.h"
 #include "kernels/ops/segment.h"
 
 namespace detcoll::kernels::ops {
@@ -227,9 +228,9 @@ Status linearTaps(const Shape& inputSpatial, const Shape& outputSpatial, bool al
     }
   }
   for (size_t a = 0; a < scales.size(); ++a) {
-    if (scales[a] > 0 && !std::isfinite(static_cast<float>(1.0 / scales[a]))) {
-      return Status::invalidArgument(std::string(op) + ": scale factor " +
-                                     std::to_string(scales[a]) +
+    if (std::isnan(scales[a]) ||
+        (scales[a] > 0 && !std::isfinite(static_cast<float>(1.0 / scales[a])))) {
+      return Status::invalidArgument(std::string(op) + ": scale factor " + showNumber(scales[a]) +
                                      " gives no finite source position");
     }
   }
@@ -268,8 +269,8 @@ Status nearestTaps(const Shape& inputSpatial, const Shape& outputSpatial,
     const double scale = a < scales.size() ? scales[a] : 0.0;
     const float step = static_cast<float>(
         scale > 0 ? 1.0 / scale : static_cast<double>(n) / static_cast<double>(m));
-    if (!std::isfinite(step)) {
-      return Status::invalidArgument(std::string(op) + ": scale factor " + std::to_string(scale) +
+    if (std::isnan(scale) || !std::isfinite(step)) {
+      return Status::invalidArgument(std::string(op) + ": scale factor " + showNumber(scale) +
                                      " gives no finite source position");
     }
     Axis<float>& axis = axes[a];
@@ -481,6 +482,8 @@ Status maxPoolBackward(void* gradInput, const void* gradOutput, const int64_t* i
   if (planes < 0 || inner < 0 || outputs < 0) {
     return Status::invalidArgument(std::string(op) + ": negative size");
   }
+  DETCOLL_RETURN_IF_ERROR(sizesFit(op, {planes, inner}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit(op, {planes, outputs}));
   DETCOLL_RETURN_IF_ERROR(checkSegments(indices, planes * outputs, inner, "indices").prefixed(op));
   std::vector<int64_t> destination(static_cast<size_t>(planes * outputs));
   const PlaneOffsets body{indices, inner, outputs, destination.data()};

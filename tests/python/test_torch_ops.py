@@ -553,7 +553,7 @@ BAD = [  # (call, a pattern of the message)
     (lambda: ops.embedding_bag_backward(torch.ones(3, 3), longs(0, 1), longs(0, 1), 4),
      r"grad_output \(3, 3\) must be \[bags, dim\] with bags = 2 offsets"),
     (lambda: ops.embedding_bag_backward(torch.ones(3, 3), longs(0, 1), longs(0, 2, 1), 4),
-     r"offsets\[1\] = 2 breaks the rule"),
+     r"offsets\[2\] = 1 breaks the rule"),  # the first that breaks the order
     # dtypes
     (lambda: ops.scatter_add(X, 0, torch.zeros(4, 3, dtype=torch.int32), torch.ones(4, 3)),
      r"scatter_add: index must be an int64 tensor, got torch.int32"),

@@ -126,13 +126,23 @@ TEST(SerialIndexAdd, OuterSlicesAndAlpha) {
     const Bytes source = opValues(t, 3 * n * 4, 7), base = opValues(t, 3 * 11 * 4, 8);
     for (double alpha : {1.0, -0.75, 3.0}) {
       Bytes serial = base, reference = base;
-      ASSERT_TRUE(testing::serial::indexAdd(serial.data(), self, t, 1, index.data(), n,
-                                            source.data(), {3, n, 4}, alpha)
-                      .isOk());
-      ASSERT_TRUE(indexAdd(reference.data(), self, t, 1, index.data(), n, source.data(), {3, n, 4},
-                           alpha, 2)
-                      .isOk());
-      expectSame(serial, reference, t, "index_add alpha " + std::to_string(alpha));
+      const Status viaSerial = testing::serial::indexAdd(serial.data(), self, t, 1, index.data(), n,
+                                                         source.data(), {3, n, 4}, alpha);
+      const Status viaReference = indexAdd(reference.data(), self, t, 1, index.data(), n,
+                                           source.data(), {3, n, 4}, alpha, 2);
+      const std::string what = "index_add " + dataTypeName(t) + " alpha " + std::to_string(alpha);
+      if (!isFloatingPoint(t) && alpha != std::trunc(alpha)) {  // torch refuses it: so do both
+        expectSameError(viaSerial, viaReference, what);
+        EXPECT_NE(viaReference.message().find("alpha -0.75 for " + dataTypeName(t) +
+                                              "; an integer tensor takes an integer alpha"),
+                  std::string::npos)
+            << viaReference.message();
+        expectSame(reference, base, t, what);
+        continue;
+      }
+      ASSERT_TRUE(viaSerial.isOk()) << what;
+      ASSERT_TRUE(viaReference.isOk()) << what;
+      expectSame(serial, reference, t, what);
     }
   }
 }
@@ -459,6 +469,42 @@ TEST(SerialResample, BilinearAndMaxPool) {
     ASSERT_TRUE(maxPool2dBackward(back.data(), grad.data(), index.data(), t, p, 2).isOk());
     expectSame(serial, back, t, "max_pool2d backward");
   }
+}
+
+TEST(SerialErrors, ChecksAddedForTheCEntriesGiveTheSameWords) {
+  const DataType f = DataType::kFloat32;
+  float self = 1.0f;
+  const std::vector<float> source(5, 2.0f);
+  const std::vector<int64_t> zeros(5, 0);
+  expectSameError(testing::serial::indexAdd(&self, {}, f, 0, zeros.data(), 5, source.data(), {}, 1),
+                  indexAdd(&self, {}, f, 0, zeros.data(), 5, source.data(), {}, 1, 1),
+                  "index_add 0-d");
+  std::vector<int32_t> ints(4, 1);
+  const std::vector<int32_t> intSource(2, 3);
+  expectSameError(testing::serial::indexAdd(ints.data(), {4}, DataType::kInt32, 0, zeros.data(), 2,
+                                            intSource.data(), {2}, 0.5),
+                  indexAdd(ints.data(), {4}, DataType::kInt32, 0, zeros.data(), 2, intSource.data(),
+                           {2}, 0.5, 1),
+                  "index_add alpha");
+  const std::vector<int64_t> largest{2, std::numeric_limits<int64_t>::max()};
+  int64_t serialLength = -1, length = -1;
+  expectSameError(testing::serial::bincount(nullptr, &serialLength, DataType::kInt64,
+                                            largest.data(), 2, nullptr, 0),
+                  bincount(nullptr, &length, DataType::kInt64, largest.data(), 2, nullptr, 0, 1),
+                  "bincount largest");
+  EXPECT_EQ(serialLength, -1);
+  std::vector<float> grid(6);
+  expectSameError(testing::serial::scatterAdd(grid.data(), {2, 3}, f, 0, nullptr, {1, 3},
+                                              source.data(), {1, 3}),
+                  scatterAdd(grid.data(), {2, 3}, f, 0, nullptr, {1, 3}, source.data(), {1, 3}, 1),
+                  "scatter_add null index");
+  std::vector<float> weights(6);
+  const std::vector<int64_t> ids{0, 1, 2};
+  expectSameError(testing::serial::embeddingBagBackward(weights.data(), 3, f, source.data(), 2, 1,
+                                                        ids.data(), 3, nullptr, false, nullptr, -1),
+                  embeddingBagBackward(weights.data(), 3, f, source.data(), 2, 1, ids.data(), 3,
+                                       nullptr, false, nullptr, -1, 1),
+                  "embedding_bag null offsets");
 }
 
 TEST(SerialErrors, TheSameInputIsRefusedInTheSameWords) {

@@ -73,6 +73,7 @@ Status sumOverAxes(E& e, const void* in, const Shape& shape, DataType type, std:
                    void* out) {
   SumPlan plan;
   DETCOLL_RETURN_IF_ERROR(planSum(shape, std::move(axes), &plan).prefixed("sum"));
+  DETCOLL_RETURN_IF_ERROR(checkSumBuffers(plan, in, out).prefixed("sum"));
   const int64_t m = static_cast<int64_t>(plan.outBase.size());
   const int64_t k = plan.count;
   if (m == 0) return Status::ok();

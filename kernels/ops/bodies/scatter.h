@@ -90,8 +90,8 @@ struct BagOffsetsCheckBody {
   int64_t bags, count;
   int64_t* bad;
   DETCOLL_HOST_DEVICE void operator()(int64_t b) const {
-    const int64_t begin = offsets[b], end = b + 1 < bags ? offsets[b + 1] : count;
-    if ((b == 0 && begin != 0) || begin < 0 || end < begin || end > count) recordFirst(bad, b);
+    const int64_t at = bagOffsetBreak(offsets, bags, count, b);
+    if (at >= 0) recordFirst(bad, at);
   }
 };
 
@@ -111,6 +111,7 @@ Status scatterAdd(E& e, void* self, const Shape& selfShape, DataType type, int d
   }
   const int64_t n = product(indexShape);
   if (n == 0) return Status::ok();
+  if (index == nullptr) return Status::invalidArgument(std::string(op) + ": index is null");
   SegmentJob job;
   job.n = n;
   job.destinations = product(selfShape);
@@ -161,6 +162,7 @@ Status indexAdd(E& e, void* self, const Shape& selfShape, DataType type, int dim
                 const int64_t* index, int64_t indexCount, const void* source,
                 const Shape& sourceShape, double alpha) {
   DETCOLL_RETURN_IF_ERROR(checkIndexAddShapes(selfShape, &dim, indexCount, sourceShape));
+  DETCOLL_RETURN_IF_ERROR(checkAlpha("index_add", type, alpha));
   const int64_t m = selfShape.empty() ? 1 : selfShape[dim];
   const int64_t inner = product(selfShape, dim + 1);
   SegmentJob job;
@@ -267,7 +269,11 @@ Status embeddingBagBackward(E& e, void* gradWeight, int64_t numWeights, DataType
                             bool mean, const void* perSampleWeights, int64_t paddingIdx) {
   const char* op = "embedding_bag_backward";
   DETCOLL_RETURN_IF_ERROR(checkEmbeddingSizes(op, type, numWeights, count, dim));
-  if (bags < 0) return Status::invalidArgument(std::string(op) + ": negative size");
+  if (bags < 0)
+    return Status::invalidArgument(std::string(op) + ": bags is " + std::to_string(bags));
+  if (bags > 0 && offsets == nullptr) {
+    return Status::invalidArgument(std::string(op) + ": offsets is null");
+  }
   if (mean && perSampleWeights != nullptr) {
     return Status::invalidArgument(std::string(op) +
                                    ": per_sample_weights need mode sum, as in PyTorch");
@@ -331,9 +337,7 @@ template <typename E>
 Status bincount(E& e, void* out, int64_t* outLength, DataType type, const int64_t* input,
                 int64_t count, const void* weights, int64_t minlength) {
   const char* op = "bincount";
-  if (count < 0 || minlength < 0 || outLength == nullptr) {
-    return Status::invalidArgument(std::string(op) + ": negative size or no outLength");
-  }
+  DETCOLL_RETURN_IF_ERROR(checkBincount(type, input, count, weights, minlength, outLength, out));
   int64_t lo = 0, hi = -1;
   if (count > 0) e.minMax(input, count, &lo, &hi);
   DETCOLL_RETURN_IF_ERROR(e.status());
@@ -349,11 +353,10 @@ Status bincount(E& e, void* out, int64_t* outLength, DataType type, const int64_
     return Status::invalidArgument(std::string(op) + ": input[" + std::to_string(failed) + "] = " +
                                    std::to_string(readIndex(e, input, failed)) + " is negative");
   }
-  *outLength = minlength > hi + 1 ? minlength : hi + 1;
+  int64_t length = 0;
+  DETCOLL_RETURN_IF_ERROR(bincountLength(hi, minlength, &length));
+  *outLength = length;
   if (out == nullptr) return Status::ok();
-  if (weights == nullptr && type != DataType::kInt64) {
-    return Status::invalidArgument(std::string(op) + ": counts are int64");
-  }
   SegmentJob job;
   job.destination = input;
   job.n = count;

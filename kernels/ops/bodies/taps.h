@@ -175,6 +175,8 @@ Status maxPoolBackward(E& e, void* gradInput, const void* gradOutput, const int6
   if (planes < 0 || inner < 0 || outputs < 0) {
     return Status::invalidArgument(std::string(op) + ": negative size");
   }
+  DETCOLL_RETURN_IF_ERROR(sizesFit(op, {planes, inner}));
+  DETCOLL_RETURN_IF_ERROR(sizesFit(op, {planes, outputs}));
   const int64_t n = planes * outputs;
   if (n > 0 && indices == nullptr) {
     return Status::invalidArgument(std::string(op) + ": indices is null");
