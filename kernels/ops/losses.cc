@@ -63,8 +63,9 @@ Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t
       if (l.reduction == 0) {  // the losses into the output, the weights summed as they come
         const T total =
             sumsAsMade<T, 1>(samples, [&](int64_t start, int64_t count, T* const* into) {
-              body.losses = static_cast<T*>(output);
-              body.weights = into[0] - start;
+              body.losses = static_cast<T*>(output) + start;
+              body.weights = into[0];
+              body.first = start;
               for (int64_t k = start; k < start + count; ++k) body(k);
             })[0];
         if (totalWeight != nullptr) *static_cast<T*>(totalWeight) = total;
@@ -72,8 +73,9 @@ Status nllLoss(void* output, void* totalWeight, const void* input, const int64_t
       }
       const std::array<T, 2> sums =
           sumsAsMade<T, 2>(samples, [&](int64_t start, int64_t count, T* const* into) {
-            body.losses = into[0] - start;
-            body.weights = into[1] - start;
+            body.losses = into[0];
+            body.weights = into[1];
+            body.first = start;
             for (int64_t k = start; k < start + count; ++k) body(k);
           });
       *static_cast<T*>(totalWeight) = sums[1];

@@ -35,8 +35,9 @@ struct NllSampleBody {
   NllLoss l;
   const T *input, *weight;  // weight null: 1
   const int64_t* target;
-  T *losses, *weights;
+  T *losses, *weights;  // sample k's at [k - first]
   int64_t* bad;
+  int64_t first = 0;
   DETCOLL_HOST_DEVICE void operator()(int64_t k) const {
     using A = typename kernels::Traits<T>::Acc;
     const int64_t t = target[k];
@@ -46,15 +47,15 @@ struct NllSampleBody {
       kept = false;
     }
     if (!kept) {
-      losses[k] = kernels::Traits<T>::store(A(0));
-      weights[k] = kernels::Traits<T>::store(A(0));
+      losses[k - first] = kernels::Traits<T>::store(A(0));
+      weights[k - first] = kernels::Traits<T>::store(A(0));
       return;
     }
     const int64_t n = l.inner == 1 ? k : k / l.inner, i = l.inner == 1 ? 0 : k % l.inner;
     const A x = kernels::Traits<T>::load(input[(n * l.classes + t) * l.inner + i]);
     const A w = weight != nullptr ? kernels::Traits<T>::load(weight[t]) : A(1);
-    losses[k] = kernels::Traits<T>::round(-x * w);
-    weights[k] = kernels::Traits<T>::round(w);
+    losses[k - first] = kernels::Traits<T>::round(-x * w);
+    weights[k - first] = kernels::Traits<T>::round(w);
   }
 };
 

@@ -26,19 +26,22 @@ namespace {
 // The bins of histc in W over [lo, hi] (W's values), then the counts into out.
 template <typename T, typename W>
 void binAndCount(void* out, const void* input, int64_t n, int64_t bins, W lo, W hi) {
-  std::vector<int64_t> position(static_cast<size_t>(n));
-  const HistcBinBody<T, W> body{static_cast<const T*>(input),
-                                lo,
-                                hi,
-                                hi - lo,
-                                static_cast<W>(bins),
-                                static_cast<W>(bins - 1),
-                                bins - 1,
-                                position.data()};
-  for (int64_t i = 0; i < n; ++i) body(i);
+  // Each value's bin by the device's body, a block at a time into a buffer that stays in cache,
+  // then counted (exact integers: the order of the counting cannot matter).
+  constexpr int64_t kBlock = 2048;
+  int64_t position[kBlock];
+  HistcBinBody<T, W> body{
+      static_cast<const T*>(input), lo,       hi,     hi - lo, static_cast<W>(bins),
+      static_cast<W>(bins - 1),     bins - 1, nullptr};
   std::vector<int64_t> counts(static_cast<size_t>(bins), 0);
-  for (int64_t p : position) {
-    if (p >= 0) ++counts[static_cast<size_t>(p)];
+  body.position = position;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t count = std::min(kBlock, n - start);
+    body.input = static_cast<const T*>(input) + start;  // value start + i is the body's i
+    for (int64_t i = 0; i < count; ++i) body(i);
+    for (int64_t i = 0; i < count; ++i) {
+      if (position[i] >= 0) ++counts[static_cast<size_t>(position[i])];
+    }
   }
   using A = typename kernels::Traits<T>::Acc;
   T* result = static_cast<T*>(out);
