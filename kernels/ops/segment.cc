@@ -112,9 +112,10 @@ void reduceAll(const SegmentPlan& plan, const SegmentSources& in, const SegmentO
 // the sequential one; otherwise this writes nothing and returns false. With `what` set, the
 // destinations are checked a block at a time just before the block is added (so they are read
 // once), and a bad one puts the output back as it was and leaves checkSegments' error in *status.
+// Without `what`, the sources `skip` names are left out (the destinations were checked).
 template <typename T>
 bool addInPlace(const int64_t* destination, int64_t n, int64_t m, const T* values, int64_t from,
-                T* result, int64_t to, const char* what, Status* status = nullptr) {
+                T* result, int64_t to, const char* what, Status* status = nullptr, Skip skip = {}) {
   std::vector<T> saved(what != nullptr ? static_cast<size_t>(m) : 0);
   for (int64_t d = 0; d < m; ++d) {
     const T v = result[d * to], kept = Traits<T>::store(v);
@@ -136,7 +137,15 @@ bool addInPlace(const int64_t* destination, int64_t n, int64_t m, const T* value
         return true;
       }
     }
+    if (!skip.value && !skip.negative) {
+      for (int64_t s = start; s < end; ++s) {
+        T& acc = result[destination[s] * to];
+        acc = wrapAdd(acc, values[s * from]);
+      }
+      continue;
+    }
     for (int64_t s = start; s < end; ++s) {
+      if (skip(destination[s])) continue;
       T& acc = result[destination[s] * to];
       acc = wrapAdd(acc, values[s * from]);
     }
@@ -174,15 +183,27 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
       return buffer.data() + (d - first) * columns;
     }
   };
-  for (int64_t d = first; d < last; ++d) {
-    A* acc = accumulator(d);
-    const T* row = result + d * out.rowStride;
-    for (int64_t c = 0; c < columns; ++c) {
-      acc[c] = out.init == SegmentInit::kOutput ? Traits<T>::load(row[c]) : A{};
+  if (kInPlace && out.init == SegmentInit::kZero && out.rowStride == columns) {
+    std::fill(result + first * columns, result + last * columns, T{});  // one contiguous fill
+  } else if (!kInPlace || out.init == SegmentInit::kZero) {  // in place, kOutput: already there
+    for (int64_t d = first; d < last; ++d) {
+      A* acc = accumulator(d);
+      const T* row = result + d * out.rowStride;
+      for (int64_t c = 0; c < columns; ++c) {
+        acc[c] = out.init == SegmentInit::kOutput ? Traits<T>::load(row[c]) : A{};
+      }
     }
   }
-  const bool plain = !counting && columns == 1 && in.rows == nullptr && in.weights == nullptr &&
-                     !scaled && !skip.value && !skip.negative;
+  const bool oneValue =
+      !counting && columns == 1 && in.rows == nullptr && in.weights == nullptr && !scaled;
+  const bool plain = oneValue && !skip.value && !skip.negative;
+  if constexpr (kInPlace) {
+    if (oneValue && whole &&
+        addInPlace(destination, n, last, values, in.rowStride, result, out.rowStride, nullptr,
+                   nullptr, skip)) {
+      return;
+    }
+  }
   // The in-place path's written rows, whose NaNs become the dtype's canonical one at the end
   // (Traits::store, as every other write here and on the device); rows no source reaches stay
   // bit for bit.
@@ -197,11 +218,7 @@ void scatterRange(const int64_t* destination, int64_t n, Skip skip, const Segmen
     }
   };
   if constexpr (kInPlace) {
-    if (plain && whole &&
-        addInPlace(destination, n, last, values, in.rowStride, result, out.rowStride, nullptr)) {
-      return;
-    }
-    if (plain) {  // the same loop, marking the rows written
+    if (plain) {  // the one-value loop, marking the rows written
       for (int64_t s = 0; s < n; ++s) {
         const int64_t d = destination[s];
         if (d >= first && d < last) {
