@@ -149,10 +149,11 @@ int64_t firstBadPoolIndex(const int64_t* indices, const resample::PoolGeometry& 
           if (index != emptyIndex(g, oh, ow)) return t;
           continue;
         }
-        if (index < 0 || index >= inPlane ||
-            !Check::onAxis(index / g.inWidth, y0, g.kernelHeight, g.dilationHeight, g.inHeight) ||
-            !Check::onAxis(index % g.inWidth, ow * g.strideWidth - g.padWidth, g.kernelWidth,
-                           g.dilationWidth, g.inWidth)) {
+        if (index < 0 || index >= inPlane) return t;
+        const int64_t y = index / g.inWidth, x = index - y * g.inWidth;  // one division
+        if (!Check::onAxis(y, y0, g.kernelHeight, g.dilationHeight, g.inHeight) ||
+            !Check::onAxis(x, ow * g.strideWidth - g.padWidth, g.kernelWidth, g.dilationWidth,
+                           g.inWidth)) {
           return t;
         }
       }
@@ -279,7 +280,8 @@ Status maxPool2d(void* out, int64_t* indices, const void* in, DataType type, con
     if constexpr (kernels::isFloatingStorage<T>()) {
       const resample::MaxPoolForwardBody<T> body{
           static_cast<T*>(out), indices, static_cast<const T*>(in), resample::geometry(p, oh, ow)};
-      forEachIndex(p.planes * oh * ow, threads, 16 << 10, body);
+      forEachIndex(p.planes * oh, threads, std::max<int64_t>(1, (16 << 10) / ow),
+                   [&body](int64_t r) { body.row(r); });
     }
   });
   return Status::ok();

@@ -177,7 +177,15 @@ struct MaxPoolForwardBody {
 
   DETCOLL_HOST_DEVICE void operator()(int64_t t) const {
     const int64_t outPlane = g.outHeight * g.outWidth;
-    const int64_t plane = t / outPlane, oh = (t % outPlane) / g.outWidth, ow = t % g.outWidth;
+    element(t / outPlane, (t % outPlane) / g.outWidth, t % g.outWidth, t);
+  }
+  // Output row r (plane r / outHeight, row r % outHeight), element by element: the host's
+  // loop, with no division per element.
+  DETCOLL_HOST_DEVICE void row(int64_t r) const {
+    const int64_t plane = r / g.outHeight, oh = r % g.outHeight;
+    for (int64_t ow = 0; ow < g.outWidth; ++ow) element(plane, oh, ow, r * g.outWidth + ow);
+  }
+  DETCOLL_HOST_DEVICE void element(int64_t plane, int64_t oh, int64_t ow, int64_t t) const {
     const T* x = in + plane * g.inHeight * g.inWidth;
     int64_t y0, y1, x0, x1;
     const bool rows = windowTaps(oh * g.strideHeight - g.padHeight, g.kernelHeight,
@@ -194,10 +202,9 @@ struct MaxPoolForwardBody {
     for (int64_t y = y0; y < y1; y += g.dilationHeight) {
       for (int64_t xx = x0; xx < x1; xx += g.dilationWidth) {
         const A v = kernels::Traits<T>::load(x[y * g.inWidth + xx]);
-        if (v > bestValue || v != v) {
-          bestValue = v;
-          best = y * g.inWidth + xx;
-        }
+        const bool take = v > bestValue || v != v;  // selects, not branches: random data
+        bestValue = take ? v : bestValue;
+        best = take ? y * g.inWidth + xx : best;
       }
     }
     // The input's own bits (a NaN keeps its payload, as PyTorch's does).
@@ -215,6 +222,7 @@ struct MaxPoolIndexCheckBody {
   DETCOLL_HOST_DEVICE static bool onAxis(int64_t i, int64_t start, int64_t kernel, int64_t dilation,
                                          int64_t size) {
     const int64_t k = i - start;
+    if (dilation == 1) return i >= 0 && i < size && k >= 0 && k < kernel;  // no division
     return i >= 0 && i < size && k >= 0 && k % dilation == 0 && k / dilation < kernel;
   }
 
