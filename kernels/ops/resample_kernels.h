@@ -202,9 +202,10 @@ struct MaxPoolForwardBody {
     for (int64_t y = y0; y < y1; y += g.dilationHeight) {
       for (int64_t xx = x0; xx < x1; xx += g.dilationWidth) {
         const A v = kernels::Traits<T>::load(x[y * g.inWidth + xx]);
-        const bool take = v > bestValue || v != v;  // selects, not branches: random data
-        bestValue = take ? v : bestValue;
-        best = take ? y * g.inWidth + xx : best;
+        if (v > bestValue || v != v) {
+          bestValue = v;
+          best = y * g.inWidth + xx;
+        }
       }
     }
     // The input's own bits (a NaN keeps its payload, as PyTorch's does).
