@@ -101,12 +101,12 @@ Status checkIndexAddShapes(const Shape& selfShape, int* dimension, int64_t index
 
 Status checkAlpha(const char* op, DataType type, double alpha) {
   if (isFloatingPoint(type)) return Status::ok();
-  constexpr double kInt64Bound = 9223372036854775808.0;  // 2^63
-  if (std::isfinite(alpha) && alpha == std::trunc(alpha) && std::fabs(alpha) < kInt64Bound) {
-    return Status::ok();
-  }
-  return Status::invalidArgument(std::string(op) + ": alpha " + showNumber(alpha) + " for " +
-                                 dataTypeName(type) + "; an integer tensor takes an integer alpha");
+  // torch converts alpha to the integer type, toward zero, and refuses one that does not fit.
+  const double bound = type == DataType::kInt32 ? 2147483648.0 : 9223372036854775808.0;
+  const double whole = std::trunc(alpha);
+  if (std::isfinite(alpha) && whole >= -bound && whole < bound) return Status::ok();
+  return Status::invalidArgument(std::string(op) + ": alpha " + showNumber(alpha) +
+                                 " does not fit " + dataTypeName(type));
 }
 
 Status checkBincount(DataType type, const int64_t* input, int64_t count, const void* weights,

@@ -264,14 +264,26 @@ def test_index_select_and_repeat_interleave_backward_run_index_add():
     assert torch.equal(bits(ours[1]), bits(ops.index_add(torch.zeros(9, 6), 0, rows, up_repeat)))
 
 
-def test_ops_accumulating_writes_refuse_values_that_want_a_gradient():
+def test_ops_indexed_writes_refuse_tensors_that_want_a_gradient():
+    # With or without accumulate, the ops write the data: autograd would give the values none
+    # and the input a wrong one.
     x = torch.zeros(4)
     v = torch.ones(3, requires_grad=True)
-    for call in (lambda: ops.index_put(x, (torch.tensor([0, 0, 2]),), v, accumulate=True),
-                 lambda: ops.index_put_(x.clone(), (torch.tensor([0, 0, 2]),), v, True),
-                 lambda: ops.put_(x.clone(), torch.tensor([0, 0, 2]), v, True)):
-        with pytest.raises(detcoll.InvalidArgumentError, match="values that require grad"):
-            call()
+    w = torch.zeros(4, requires_grad=True) * 1.0  # not a leaf: torch would let it be written
+    for accumulate in (True, False):
+        for call, wanted in (
+                (lambda: ops.index_put(x, (torch.tensor([0, 0, 2]),), v, accumulate), "values"),
+                (lambda: ops.index_put_(x.clone(), (torch.tensor([0, 0, 2]),), v, accumulate),
+                 "values"),
+                (lambda: ops.put_(x.clone(), torch.tensor([0, 0, 2]), v, accumulate), "values"),
+                (lambda: ops.index_put(w, (torch.tensor([1]),), torch.ones(1), accumulate),
+                 "input"),
+                (lambda: ops.put_(w.clone(), torch.tensor([1]), torch.ones(1), accumulate),
+                 "input")):
+            with pytest.raises(detcoll.InvalidArgumentError, match=f"{wanted} require grad"):
+                call()
+    with pytest.raises(detcoll.InvalidArgumentError, match="index has dtype torch.uint8"):
+        ops.put_(x.clone(), torch.tensor([0], dtype=torch.uint8), torch.ones(1))
     with torch.no_grad():
         assert ops.index_put(x, (torch.tensor([0, 0, 2]),), v, True).tolist() == [2, 0, 1, 0]
     # Under patch(), torch's formula gives the values their gradient through detcoll's kernel.

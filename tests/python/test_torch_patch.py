@@ -225,6 +225,12 @@ def test_what_torch_accepts_beyond_detcolls_own_types_gives_torchs_results():
         for dtype, base in narrow.items():
             out[f"scatter {dtype}"] = torch.scatter_add(base, 0, index, sources[dtype])
             out[f"index {dtype}"] = base.clone().index_add_(0, rows, sources[dtype])
+            # A fractional alpha, as torch converts it for the dtype (toward zero; bool: nonzero).
+            out[f"alpha {dtype}"] = base.clone().index_add_(0, rows, sources[dtype], alpha=2.5)
+        long_base = torch.arange(6 * 3).reshape(6, 3)
+        long_source = torch.randint(-9, 9, (40, 3), generator=torch.Generator().manual_seed(3))
+        out["alpha int64"] = torch.index_add(long_base, 0, rows, long_source, alpha=-1.75)
+        out["alpha int32"] = long_base.int().index_add_(0, rows, long_source.int(), alpha=0.5)
         return out
 
     theirs = calls_of_torch()
@@ -299,6 +305,17 @@ def test_views_that_share_a_buffer_but_no_element_are_written_as_torch_writes_th
     assert calls.get("index_add_", 0) + calls.get("index_add", 0) >= 1, calls
     for mine, theirs in zip(ours, expected):
         assert torch.equal(bits(mine), bits(theirs))
+    with dt.patched(devices=("cpu",)):
+        # Views that are not dense but share elements: torch lets them through and its loop
+        # reads what it wrote; detcoll refuses them.
+        x = torch.tensor([1.0, 10.0, 100.0])
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            x[1:3].index_add_(0, torch.tensor([1, 0]), x[::2])
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            x[1:3].index_put_((torch.tensor([1, 0]),), x[::2])
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            x[:2].scatter_add_(0, torch.tensor([0, 1, 0]), x[1:2].expand(3))
+        assert torch.equal(x, torch.tensor([1.0, 10.0, 100.0]))
     with dt.patched(devices=("cpu",)):  # the same dense elements are still refused
         b = torch.arange(8.0)
         with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
@@ -336,6 +353,21 @@ def test_a_mask_with_one_value_of_any_dtype_fills_as_torch_fills():
     assert calls.get("_index_put_impl_", 0) >= 4, calls
     for mine, theirs in zip(ours, expected):
         assert mine.dtype == theirs.dtype and torch.equal(mine, theirs), (mine, theirs)
+    # As torch: too many indices are refused before the shortcut, and a uint8 mask reaches
+    # masked_fill_ as it is (0 and 1 only).
+    for call in (lambda: torch.ops.aten.index_put_(torch.zeros(3), [torch.tensor([True, False,
+                                                   True]), None], torch.tensor(5.0), False),
+                 lambda: torch.zeros(()).index_put_((torch.tensor(True),), torch.tensor(5.0))):
+        with pytest.raises(IndexError, match="too many indices"):
+            call()
+        with dt.patched(devices=("cpu",)):
+            with pytest.raises(detcoll.InvalidArgumentError, match="index"):
+                call()
+    x = torch.zeros(4)
+    with dt.patched(devices=("cpu",)):
+        with pytest.raises(RuntimeError, match="Mask tensor can take 0 and 1 values only"):
+            x[torch.tensor([0, 2, 1, 0], dtype=torch.uint8)] = torch.tensor(5.0)
+    assert torch.equal(x, torch.zeros(4))
     with dt.patched(devices=("cpu",)):  # values of several elements keep the dtype check
         x = torch.zeros(3)
         with pytest.raises(detcoll.InvalidArgumentError, match="values has dtype torch.int64"):

@@ -13,6 +13,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bindings/c/detcoll.h"
@@ -40,21 +41,35 @@ TEST(CApiOpsChecks, IndexAddOnZeroDimensionsTakesOneIndex) {
   EXPECT_EQ(self, 2.5f);
 }
 
-TEST(CApiOpsChecks, AnIntegerTensorTakesAnIntegerAlpha) {
+TEST(CApiOpsChecks, AnIntegerTensorTakesAlphaAsTorchConvertsIt) {
+  // Toward zero (2.9 adds 2 times the source, -0.5 nothing), and refused where it does not fit
+  // the dtype or is not a number; the tensor is then as it was.
   const int64_t shape[2] = {3, 2}, sourceShape[2] = {2, 2}, index[2] = {0, 2};
   const int32_t source[4] = {3, 3, 3, 3};
-  for (double alpha : {0.5, 2.9, std::nan(""), 1e30, -std::numeric_limits<double>::infinity()}) {
+  for (double alpha :
+       {std::nan(""), 2147483648.0, -2147483649.0, -std::numeric_limits<double>::infinity()}) {
     int32_t self[6] = {1, 2, 3, 4, 5, 6};
     expectRefused(
         detcoll_index_add(self, shape, 2, DETCOLL_INT32, 0, index, 2, source, sourceShape, alpha),
-        "; an integer tensor takes an integer alpha");
+        " does not fit int32");
     EXPECT_EQ(std::vector<int32_t>(self, self + 6), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
   }
-  int32_t self[6] = {1, 2, 3, 4, 5, 6};
+  for (const auto& [alpha, expected] :
+       std::vector<std::pair<double, std::vector<int32_t>>>{{2.9, {7, 8, 3, 4, 11, 12}},
+                                                            {-0.5, {1, 2, 3, 4, 5, 6}},
+                                                            {-2.0, {-5, -4, 3, 4, -1, 0}}}) {
+    int32_t self[6] = {1, 2, 3, 4, 5, 6};
+    ASSERT_EQ(
+        detcoll_index_add(self, shape, 2, DETCOLL_INT32, 0, index, 2, source, sourceShape, alpha),
+        DETCOLL_SUCCESS);
+    EXPECT_EQ(std::vector<int32_t>(self, self + 6), expected) << alpha;
+  }
+  int64_t wide[1] = {5};
+  const int64_t one[1] = {1}, zero[1] = {0}, big[1] = {1};
   ASSERT_EQ(
-      detcoll_index_add(self, shape, 2, DETCOLL_INT32, 0, index, 2, source, sourceShape, -2.0),
-      DETCOLL_SUCCESS);
-  EXPECT_EQ(std::vector<int32_t>(self, self + 6), (std::vector<int32_t>{-5, -4, 3, 4, -1, 0}));
+      detcoll_index_add(wide, one, 1, DETCOLL_INT64, 0, zero, 1, big, one, -9223372036854775808.0),
+      DETCOLL_SUCCESS);  // INT64_MIN fits int64
+  EXPECT_EQ(wide[0], std::numeric_limits<int64_t>::min() + 5);
 }
 
 TEST(CApiOpsChecks, BincountRefusesWhatHasNoBinAndLeavesItsOutputs) {

@@ -42,21 +42,23 @@ def _wrapped(index, size, op, dim):
     return torch.where(index < 0, index + size, index) if lo < 0 else index
 
 
-def _no_gradient_through_the_add(op, values, accumulate):
-    """ops' accumulating writes run detcoll's kernel on the data: autograd sees no path to the
-    values. Refused where a gradient to them is wanted (patch() has torch's formula instead)."""
-    if accumulate and torch.is_grad_enabled() and isinstance(values, torch.Tensor) and \
-            values.requires_grad:
+def _no_gradient_through_the_write(op, input, values):
+    """ops' indexed writes run detcoll's kernel on the data, with or without accumulate: autograd
+    would see no path to the values and a wrong one through the input. Refused where a gradient
+    is wanted (patch() has torch's formulas instead)."""
+    wanted = [name for name, t in (("input", input), ("values", values))
+              if isinstance(t, torch.Tensor) and t.requires_grad]
+    if wanted and torch.is_grad_enabled():
         raise detcoll.InvalidArgumentError(
-            f"{op}: values that require grad with accumulate=True; detcoll.torch.ops gives them "
-            "no gradient (under detcoll.torch.patch(), torch's own index_put_ and put_ reach "
-            "this kernel with torch's gradient formula)")
+            f"{op}: {' and '.join(wanted)} require grad; detcoll.torch.ops writes the data and "
+            "gives no gradient (under detcoll.torch.patch(), torch's own index_put_ and put_ "
+            "reach this kernel with torch's gradient formula)")
 
 
 def index_put_(input, indices, values, accumulate=False):
-    """input.index_put_(indices, values, accumulate) (_index_put below), refusing values that
-    require grad with accumulate."""
-    _no_gradient_through_the_add("index_put_", values, accumulate)
+    """input.index_put_(indices, values, accumulate) (_index_put below), refusing tensors that
+    require grad."""
+    _no_gradient_through_the_write("index_put_", input, values)
     return _index_put(input, indices, values, accumulate)
 
 
@@ -68,6 +70,8 @@ def _masked_fill(input, indices, values):
     if not (isinstance(values, torch.Tensor) and values.numel() == 1 and
             values.device.type == "cpu" and isinstance(indices, (list, tuple))):
         return False
+    if len(indices) > input.dim():
+        return False  # torch refuses too many indices before it looks for the shortcut
     mask, covered = None, 0
     for index in indices:
         if index is None:
@@ -81,7 +85,9 @@ def _masked_fill(input, indices, values):
         mask, covered = index, covered + index.dim()
     if mask is None:
         return False
-    input.masked_fill_(mask.bool().reshape(tuple(mask.shape) + (1,) * (input.dim() - covered)),
+    # The mask as given: masked_fill_ makes torch's own checks of it (uint8 values of 0 and 1
+    # only, no overlap with input).
+    input.masked_fill_(mask.reshape(tuple(mask.shape) + (1,) * (input.dim() - covered)),
                        values.item())
     return True
 
@@ -176,14 +182,13 @@ def _index_put(input, indices, values, accumulate=False):
 
 def index_put(input, indices, values, accumulate=False):
     """torch.index_put (out of place)."""
-    _no_gradient_through_the_add("index_put", values, accumulate)
+    _no_gradient_through_the_write("index_put", input, values)
     return _index_put(_values(input, "index_put", "input").clone(), indices, values, accumulate)
 
 
 def put_(input, index, source, accumulate=False):
-    """input.put_(index, source, accumulate) (_put below), refusing a source that requires grad
-    with accumulate."""
-    _no_gradient_through_the_add("put_", source, accumulate)
+    """input.put_(index, source, accumulate) (_put below), refusing tensors that require grad."""
+    _no_gradient_through_the_write("put_", input, source)
     return _put(input, index, source, accumulate)
 
 
@@ -194,8 +199,8 @@ def _put(input, index, source, accumulate=False):
     op = "put_"
     _values(input, op, "input")
     index = _as_index(index, op, "index")
-    if index.dtype == torch.bool:
-        raise detcoll.InvalidArgumentError(f"{op}: index has dtype torch.bool; integers only")
+    if index.dtype != torch.int64:  # torch's put_ takes long indices only (uint8 is no mask here)
+        raise detcoll.InvalidArgumentError(f"{op}: index has dtype {index.dtype}; int64 only")
     source = _values(source, op, "source")
     _same_dtype(op, input, source, "source")
     if index.numel() != source.numel():

@@ -19,6 +19,7 @@ written for, and refuses the whole patch, naming the operator, where one differs
 """
 
 import contextlib
+import math
 import re
 import threading
 import warnings
@@ -100,8 +101,22 @@ def _scatter_add_out(self, dim, index, src, *, out):
     return out.resize_(result.shape).copy_(result)
 
 
+def _narrow_alpha(self, alpha):
+    """alpha as torch converts it for a narrow integer or bool self, before the sum is widened:
+    bool for bool, toward zero and within the dtype's range for the others."""
+    if self.dtype == torch.bool:
+        return float(bool(alpha))
+    if self.dtype not in _NARROW_INTEGERS or isinstance(alpha, bool):
+        return alpha
+    info = torch.iinfo(self.dtype)
+    if not (math.isfinite(alpha) and info.min <= math.trunc(alpha) <= info.max):
+        raise detcoll.InvalidArgumentError(f"index_add: alpha {alpha} does not fit {self.dtype}")
+    return math.trunc(alpha)
+
+
 def _index_add_into(self, dim, index, source, alpha):
     """index_add's result for self, as a new tensor of self's dtype (0-d tensors as 1-D)."""
+    alpha = _narrow_alpha(self, alpha)
     wide_self, wide_source = _widened("index_add", self, source)
     scalar = self.dim() == 0
     if scalar:

@@ -47,21 +47,40 @@ def _span(t):
     return lo, hi + t.element_size()
 
 
+def _offsets(t, base):
+    """The element offsets of t from base (bytes), in elements of t's size."""
+    offsets = torch.full((1,), (t.data_ptr() - base) // t.element_size(), dtype=torch.int64)
+    for size, stride in zip(t.shape, t.stride()):
+        offsets = (offsets[:, None] + torch.arange(size) * stride).reshape(-1)
+    return offsets
+
+
+def _share_elements(a, b):
+    """Whether two tensors whose spans meet have an element in common. Views that are not dense
+    can interleave without one (a column beside another); an element of a stride-0 view counts
+    once. Tensors whose elements do not line up (other sizes, offsets between them) count as
+    sharing."""
+    base = min(a.data_ptr(), b.data_ptr())
+    if a.element_size() != b.element_size() or \
+            (a.data_ptr() - b.data_ptr()) % a.element_size() != 0:
+        return True
+    return bool(torch.isin(_offsets(a, base), _offsets(b, base)).any())
+
+
 def _no_overlap(op, self, *others):
-    """An in-place op whose other inputs share elements with `self` is refused, as torch refuses
-    it (at::assert_no_overlap): the same tensor, or two dense tensors whose spans meet. Views that
-    are not dense (a column beside another) pass, as in torch; detcoll's ops read such inputs
-    before they write (the non-dense one is copied), so the result does not depend on the order
-    of the writes."""
+    """An in-place op whose other inputs share elements with `self` is refused. torch refuses the
+    same tensor, or two dense tensors whose spans meet (at::assert_no_overlap), and lets views
+    that are not dense through; for those its CPU loop reads what it has already written, so its
+    result depends on the loop's order. detcoll refuses those that share an element too, and lets
+    through the ones that only share a buffer (a column beside another), where the order cannot
+    matter."""
     for other in others:
-        if other is self:
-            raise detcoll.InvalidArgumentError(
-                f"{op}: some elements of the input tensor and the written-to tensor refer to a "
-                "single memory location")
-        if self.numel() == 0 or other.numel() == 0 or not (_dense(self) and _dense(other)):
-            continue
-        mine, theirs = _span(self), _span(other)
-        if mine[0] < theirs[1] and theirs[0] < mine[1]:
+        shared = other is self
+        if not shared and self.numel() > 0 and other.numel() > 0:
+            mine, theirs = _span(self), _span(other)
+            shared = mine[0] < theirs[1] and theirs[0] < mine[1] and (
+                (_dense(self) and _dense(other)) or _share_elements(self, other))
+        if shared:
             raise detcoll.InvalidArgumentError(
                 f"{op}: some elements of the input tensor and the written-to tensor refer to a "
                 "single memory location")

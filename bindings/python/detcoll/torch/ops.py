@@ -185,9 +185,11 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     if max_norm is not None or sparse:
         raise detcoll.InvalidArgumentError(
             "embedding: max_norm and sparse gradients are not supported")
-    if isinstance(input, torch.Tensor) and input.dtype == torch.int32:
-        input = input.long()  # torch takes int32 ids too
-    input = _indices(input, "embedding", "input")  # refused here, not in the backward
+    if not isinstance(input, torch.Tensor) or input.dtype not in (torch.int64, torch.int32):
+        raise detcoll.InvalidArgumentError(  # here, not in the backward
+            "embedding: input must be an int64 or int32 tensor, got "
+            f"{input.dtype if isinstance(input, torch.Tensor) else type(input)}")
+    input = _indices(input.long(), "embedding", "input")  # torch takes int32 ids too
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
     return _Embedding.apply(input, weight, -1 if padding_idx is None else padding_idx,
