@@ -218,7 +218,8 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
     if (!status.isOk()) return;
     const HistcOverflowBody<T, W> check{x, loW, hiW, static_cast<W>(bins), nullptr};
     bool wide = !std::isfinite(static_cast<double>(hiW - loW));
-    for (int64_t i = 0; i < n && !wide; ++i) wide = check.overflows(i);
+    const bool mayOverflow = histcMayOverflow(loW, hiW, static_cast<W>(bins));
+    for (int64_t i = 0; i < n && !wide && mayOverflow; ++i) wide = check.overflows(i);
     if (wide) {
       binAndCount<T, double>(out, input, n, bins, loW, hiW);
     } else {

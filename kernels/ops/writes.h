@@ -148,6 +148,14 @@ struct HistcOverflowBody {
   }
 };
 
+// Whether a value of [lo, hi] can scale past W's range, so that the values need the check above:
+// only where (hi - lo) · bins does, since rounding is monotonic (v - lo <= hi - lo).
+template <typename W>
+DETCOLL_HOST_DEVICE bool histcMayOverflow(W lo, W hi, W bins) {
+  const W span = (hi - lo) * bins;
+  return !(span - span == W(0));
+}
+
 // histc's range [lo, hi] rounded to the dtype T and read in W (*loW, *hiW): refused where it is
 // no longer finite with lo < hi.
 std::string histcNumber(double v);  // the shortest decimal that reads back as v

@@ -233,7 +233,7 @@ Status histc(E& e, void* out, DataType type, const void* input, int64_t n, int64
     if (!status.isOk()) return;
     const W width = hiW - loW;
     int64_t failed = kNoFailure;
-    if (width - width == W(0) && n > 0) {
+    if (width - width == W(0) && n > 0 && histcMayOverflow(loW, hiW, static_cast<W>(bins))) {
       status = runCheck(
           e, n,
           [&](int64_t* bad) {
