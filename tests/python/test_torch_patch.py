@@ -316,6 +316,27 @@ def test_views_that_share_a_buffer_but_no_element_are_written_as_torch_writes_th
         with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
             x[:2].scatter_add_(0, torch.tensor([0, 1, 0]), x[1:2].expand(3))
         assert torch.equal(x, torch.tensor([1.0, 10.0, 100.0]))
+    with dt.patched(devices=("cpu",)):
+        # A written-to view that reaches an element twice (unfolded windows): torch's loop
+        # reads its own writes there too; refused, and so in the out= forms.
+        b = torch.arange(6.0)
+        with pytest.raises(detcoll.InvalidArgumentError, match="more than once"):
+            b.unfold(0, 2, 1).index_add_(0, torch.tensor([0, 2, 0]), torch.ones(3, 2))
+        with pytest.raises(detcoll.InvalidArgumentError, match="more than once"):
+            b.unfold(0, 2, 1).index_put_((torch.tensor([0, 2]),), torch.ones(2, 2), True)
+        with pytest.raises(detcoll.InvalidArgumentError, match="more than once"):
+            torch.index_add(torch.zeros(5, 2), 0, torch.tensor([1]), torch.ones(1, 2),
+                            out=b.unfold(0, 2, 1))
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            torch.index_add(torch.zeros(4), 0, torch.tensor([1, 2, 3, 0]), b[2:6], out=b[0:4])
+        with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
+            torch.scatter_add(torch.zeros(4), 0, torch.tensor([1, 2, 3, 0]), b[2:6], out=b[0:4])
+        assert torch.equal(b, torch.arange(6.0))
+        # Index dtypes torch refuses are refused, not read as positions.
+        with pytest.raises(detcoll.InvalidArgumentError, match="put_: index has dtype torch.bool"):
+            torch.zeros(3).put_(torch.tensor([True, False]), torch.ones(2))
+        with pytest.raises(detcoll.InvalidArgumentError, match="must be long, byte or bool"):
+            torch.zeros(3).index_put_((torch.tensor([0, 1], dtype=torch.int32),), torch.ones(2))
     with dt.patched(devices=("cpu",)):  # the same dense elements are still refused
         b = torch.arange(8.0)
         with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):

@@ -96,7 +96,14 @@ def _scatter_add_(self, dim, index, src):
     return _ops.scatter_add_(self, dim, index, src)
 
 
+def _out_checked(op, out, self, *others):
+    """The out= forms: out may be self (an in-place call); otherwise what _no_overlap refuses of
+    an in-place call is refused of out."""
+    _no_overlap(op, out, *others, *([] if out is self else [self]))
+
+
 def _scatter_add_out(self, dim, index, src, *, out):
+    _out_checked("scatter_add", out, self, index, src)
     result = _scatter_add_into(self, dim, index, src)
     return out.resize_(result.shape).copy_(result)
 
@@ -140,6 +147,7 @@ def _index_add_(self, dim, index, source, *, alpha=1):
 
 
 def _index_add_out(self, dim, index, source, *, alpha=1, out):
+    _out_checked("index_add", out, self, index, source)
     result = _index_add_into(self, dim, index, source, alpha)
     return out.resize_(result.shape).copy_(result)
 

@@ -3,6 +3,8 @@ _ctc.py, _grid_sample.py, _indexing.py): padding, pooling, interpolation, grid_s
 ctc_loss backward, max_unpool, index_put_, put_, histc and embedding_bag's weight gradient, with the schemas they
 were written for (_patch.py)."""
 
+import torch
+
 import detcoll
 from detcoll.torch import _adjoints, _ctc, _grid_sample, _indexing
 from detcoll.torch._patch_widen import _NARROW_INTEGERS, _index, _no_overlap, _widened
@@ -102,6 +104,11 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     if not accumulate and _indexing._masked_fill(self, indices, values):
         return self  # torch's own shortcut, before its checks, for every dtype
     _widened("index_put_", self, values)  # refuses complex
+    for index in indices:
+        if index is not None and index.dtype not in (torch.int64, torch.bool, torch.uint8):
+            raise detcoll.InvalidArgumentError(  # as torch refuses them
+                f"index_put_: an index has dtype {index.dtype}; tensors used as indices must be "
+                "long, byte or bool tensors")
     _no_overlap("index_put_", self, values, *[i for i in indices if i is not None])
     if self.dtype in _NARROW_INTEGERS:
         wide = self.long()
@@ -111,6 +118,9 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
 
 
 def _put_(self, index, source, accumulate=False):
+    if index.dtype != torch.int64:  # as torch refuses it
+        raise detcoll.InvalidArgumentError(
+            f"put_: index has dtype {index.dtype}; torch's put_ takes a long tensor")
     _widened("put_", self, source)
     _no_overlap("put_", self, index, source)
     if self.dtype in _NARROW_INTEGERS:
