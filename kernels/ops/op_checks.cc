@@ -101,10 +101,13 @@ Status checkIndexAddShapes(const Shape& selfShape, int* dimension, int64_t index
 
 Status checkAlpha(const char* op, DataType type, double alpha) {
   if (isFloatingPoint(type)) return Status::ok();
-  // torch converts alpha to the integer type, toward zero, and refuses one that does not fit.
-  const double bound = type == DataType::kInt32 ? 2147483648.0 : 9223372036854775808.0;
-  const double whole = std::trunc(alpha);
-  if (std::isfinite(alpha) && whole >= -bound && whole < bound) return Status::ok();
+  // torch refuses an alpha outside the integer type's range (compared before it is truncated),
+  // and converts the others toward zero, as the kernels do.
+  const bool int32 = type == DataType::kInt32;
+  const double lowest = int32 ? -2147483648.0 : -9223372036854775808.0;
+  if (int32 ? alpha >= lowest && alpha <= 2147483647.0 : alpha >= lowest && alpha < -lowest) {
+    return Status::ok();  // NaN fails both comparisons
+  }
   return Status::invalidArgument(std::string(op) + ": alpha " + showNumber(alpha) +
                                  " does not fit " + dataTypeName(type));
 }

@@ -37,8 +37,8 @@ Status checkScatterAddShapes(const Shape& self, int* dim, const Shape& index, co
 // index_add: source is self with dimension dim of the index's length.
 Status checkIndexAddShapes(const Shape& self, int* dim, int64_t indexCount, const Shape& source);
 
-// index_add's alpha: any for a floating dtype; for an integer dtype, one that fits it once
-// truncated toward zero (as torch converts it; the kernels truncate it so).
+// index_add's alpha: any for a floating dtype; for an integer dtype, one within its range, as
+// torch compares it before it truncates it toward zero (the kernels truncate it so).
 Status checkAlpha(const char* op, DataType type, double alpha);
 
 // bincount, before the input is read: sizes, buffers, and int64 for counts (weights null with

@@ -231,6 +231,13 @@ def test_what_torch_accepts_beyond_detcolls_own_types_gives_torchs_results():
         long_source = torch.randint(-9, 9, (40, 3), generator=torch.Generator().manual_seed(3))
         out["alpha int64"] = torch.index_add(long_base, 0, rows, long_source, alpha=-1.75)
         out["alpha int32"] = long_base.int().index_add_(0, rows, long_source.int(), alpha=0.5)
+        # Integers past 2^53 exactly; uint8 takes negative integers, wrapped.
+        out["alpha 2^53 + 1"] = long_base.clone().index_add_(0, rows, long_source,
+                                                             alpha=2**53 + 1)
+        out["alpha 2^63 - 1"] = long_base.clone().index_add_(0, rows, long_source,
+                                                             alpha=2**63 - 1)
+        out["alpha uint8 -3"] = narrow[torch.uint8].clone().index_add_(
+            0, rows, sources[torch.uint8], alpha=-3)
         return out
 
     theirs = calls_of_torch()
@@ -244,6 +251,15 @@ def test_what_torch_accepts_beyond_detcolls_own_types_gives_torchs_results():
         assert ours[name].dtype == value.dtype and ours[name].shape == value.shape, name
         # Integer and bool results are exact; the float ones here add in torch's order too.
         assert torch.equal(ours[name], value), name
+    # An alpha past the dtype's range, compared before truncation, is refused by both.
+    for dtype, alpha in ((torch.int8, 127.5), (torch.int16, -32768.5), (torch.uint8, -0.5),
+                         (torch.int32, 2147483647.5), (torch.uint8, -256)):
+        base = torch.zeros(3, dtype=dtype)
+        with pytest.raises(RuntimeError):
+            base.index_add_(0, torch.tensor([0]), torch.ones(1, dtype=dtype), alpha=alpha)
+        with dt.patched(devices=("cpu",)):
+            with pytest.raises(detcoll.InvalidArgumentError, match="does not fit"):
+                base.index_add_(0, torch.tensor([0]), torch.ones(1, dtype=dtype), alpha=alpha)
 
 
 def test_the_out_forms_run_detcolls_kernel():

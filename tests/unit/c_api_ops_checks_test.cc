@@ -46,8 +46,9 @@ TEST(CApiOpsChecks, AnIntegerTensorTakesAlphaAsTorchConvertsIt) {
   // the dtype or is not a number; the tensor is then as it was.
   const int64_t shape[2] = {3, 2}, sourceShape[2] = {2, 2}, index[2] = {0, 2};
   const int32_t source[4] = {3, 3, 3, 3};
-  for (double alpha :
-       {std::nan(""), 2147483648.0, -2147483649.0, -std::numeric_limits<double>::infinity()}) {
+  // torch compares alpha with the range before it truncates: 2147483647.5 does not fit.
+  for (double alpha : {std::nan(""), 2147483648.0, 2147483647.5, -2147483648.5,
+                       -std::numeric_limits<double>::infinity()}) {
     int32_t self[6] = {1, 2, 3, 4, 5, 6};
     expectRefused(
         detcoll_index_add(self, shape, 2, DETCOLL_INT32, 0, index, 2, source, sourceShape, alpha),

@@ -110,13 +110,16 @@ def _scatter_add_out(self, dim, index, src, *, out):
 
 def _narrow_alpha(self, alpha):
     """alpha as torch converts it for a narrow integer or bool self, before the sum is widened:
-    bool for bool, toward zero and within the dtype's range for the others."""
+    bool for bool; for the others, a float within the dtype's range (compared before it is
+    truncated toward zero), an integer within it too, or down to -255 for uint8 (wrapped as
+    two's complement, as torch lets it be)."""
     if self.dtype == torch.bool:
         return float(bool(alpha))
     if self.dtype not in _NARROW_INTEGERS or isinstance(alpha, bool):
         return alpha
     info = torch.iinfo(self.dtype)
-    if not (math.isfinite(alpha) and info.min <= math.trunc(alpha) <= info.max):
+    lowest = -info.max if info.min == 0 and isinstance(alpha, int) else info.min
+    if not lowest <= alpha <= info.max:  # NaN fails too
         raise detcoll.InvalidArgumentError(f"index_add: alpha {alpha} does not fit {self.dtype}")
     return math.trunc(alpha)
 

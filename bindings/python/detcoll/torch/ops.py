@@ -79,10 +79,22 @@ def index_add_(input, dim, index, source, alpha=1):
             f"{op}: source {tuple(source.shape)} and input {tuple(input.shape)} must have the "
             "same number of dimensions")
 
+    # The C entry takes alpha as a double. An integer alpha a double cannot hold (an int64
+    # tensor's, past 2^53) goes as two that it can: integer sums wrap modulo 2^64, so adding
+    # source · high and then source · low is adding source · alpha, exactly.
+    parts = [alpha]
+    if isinstance(alpha, int) and not isinstance(alpha, bool) and not input.is_floating_point():
+        info = torch.iinfo(input.dtype)
+        if not info.min <= alpha <= info.max:
+            raise detcoll.InvalidArgumentError(f"{op}: alpha {alpha} does not fit {input.dtype}")
+        if float(alpha) != alpha:
+            parts = [alpha >> 32 << 32, alpha - (alpha >> 32 << 32)]
+
     def compute(out):
-        _detcoll.index_add(out.data_ptr(), list(out.shape), DTYPES[out.dtype], int(dim),
-                           index.data_ptr(), index.numel(), source.data_ptr(),
-                           list(source.shape), float(alpha))
+        for part in parts:
+            _detcoll.index_add(out.data_ptr(), list(out.shape), DTYPES[out.dtype], int(dim),
+                               index.data_ptr(), index.numel(), source.data_ptr(),
+                               list(source.shape), float(part))
     return _in_place(input, compute)
 
 
