@@ -25,16 +25,13 @@ namespace {
 
 // The bins of histc in W over [lo, hi] (W's values), then the counts into out.
 template <typename T, typename W>
-void binAndCount(void* out, const void* input, int64_t n, int64_t bins, W lo, W hi) {
+void binAndCount(void* out, const void* input, int64_t n, int64_t bins, W lo, W hi, bool wide) {
   // Each value's bin by the device's body, a block at a time into a buffer that stays in cache,
   // then counted (exact integers: the order of the counting cannot matter).
   constexpr int64_t kBlock = 2048;
   int64_t position[kBlock];
-  HistcBinBody<T, W> body{
-      static_cast<const T*>(input), lo,       hi,     hi - lo, static_cast<W>(bins),
-      static_cast<W>(bins - 1),     bins - 1, nullptr};
+  HistcBinBody<T, W> body = histcBins<T, W>(nullptr, lo, hi, bins, position, wide);
   std::vector<int64_t> counts(static_cast<size_t>(bins), 0);
-  body.position = position;
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t count = std::min(kBlock, n - start);
     body.input = static_cast<const T*>(input) + start;  // value start + i is the body's i
@@ -221,9 +218,9 @@ Status histc(void* out, DataType type, const void* input, int64_t n, int64_t bin
     const bool mayOverflow = histcMayOverflow(loW, hiW, static_cast<W>(bins));
     for (int64_t i = 0; i < n && !wide && mayOverflow; ++i) wide = check.overflows(i);
     if (wide) {
-      binAndCount<T, double>(out, input, n, bins, loW, hiW);
+      binAndCount<T, double>(out, input, n, bins, loW, hiW, true);
     } else {
-      binAndCount<T, W>(out, input, n, bins, loW, hiW);
+      binAndCount<T, W>(out, input, n, bins, loW, hiW, false);
     }
   });
   return status;

@@ -112,12 +112,16 @@ struct RangeChunkBody {
 };
 
 // Value i's bin (-1: not counted), in W, the bounds and the multiplier already rounded to W.
+// shrink scales the value and lo before they are subtracted (width = hi · shrink - lo · shrink):
+// 1 in general, which leaves the formula (v - lo) · bins / width as it is; 2^-64 where even
+// double's product overflows (histcBins), exact while nothing underflows, so the same bins.
 template <typename T, typename W>
 struct HistcBinBody {
   const T* input;
   W lo, hi, width, bins, last;  // last = bins - 1, rounded to W
   int64_t lastBin;              // bins - 1
   int64_t* position;
+  W shrink = W(1);
   DETCOLL_HOST_DEVICE void operator()(int64_t i) const {
     const W v = static_cast<W>(kernels::Traits<T>::load(input[i]));
     if (!(v >= lo && v <= hi)) {
@@ -125,7 +129,7 @@ struct HistcBinBody {
       return;
     }
     // The last bin in integers: `last` (bins - 1 in W) can round up to bins where bins > 2^24.
-    const W q = (v - lo) * bins / width;
+    const W q = (v * shrink - lo * shrink) * bins / width;
     const int64_t k = q >= last ? lastBin : static_cast<int64_t>(q);
     position[i] = k < lastBin ? k : lastBin;
   }
@@ -147,6 +151,22 @@ struct HistcOverflowBody {
     if (overflows(i)) resample::recordFirst(bad, i);
   }
 };
+
+// The bin body over [lo, hi] for the values x; wide (W double, where W's own product overflows)
+// takes the 2^-64 scale.
+template <typename T, typename W>
+HistcBinBody<T, W> histcBins(const T* x, W lo, W hi, int64_t bins, int64_t* position, bool wide) {
+  const W shrink = wide ? W(5.421010862427522e-20) : W(1);  // 2^-64
+  return HistcBinBody<T, W>{x,
+                            lo,
+                            hi,
+                            hi * shrink - lo * shrink,
+                            static_cast<W>(bins),
+                            static_cast<W>(bins - 1),
+                            bins - 1,
+                            position,
+                            shrink};
+}
 
 // Whether a value of [lo, hi] can scale past W's range, so that the values need the check above:
 // only where (hi - lo) · bins does, since rounding is monotonic (v - lo <= hi - lo).

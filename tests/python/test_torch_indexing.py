@@ -275,7 +275,7 @@ def test_ops_indexed_writes_refuse_tensors_that_want_a_gradient():
                 (lambda: ops.index_put(x, (torch.tensor([0, 0, 2]),), v, accumulate), "values"),
                 (lambda: ops.index_put_(x.clone(), (torch.tensor([0, 0, 2]),), v, accumulate),
                  "values"),
-                (lambda: ops.put_(x.clone(), torch.tensor([0, 0, 2]), v, accumulate), "values"),
+                (lambda: ops.put_(x.clone(), torch.tensor([0, 0, 2]), v, accumulate), "source"),
                 (lambda: ops.index_put(w, (torch.tensor([1]),), torch.ones(1), accumulate),
                  "input"),
                 (lambda: ops.put_(w.clone(), torch.tensor([1]), torch.ones(1), accumulate),

@@ -37,6 +37,30 @@ TEST(OpEdges, HistcKeepsTheMaximumWhenBinsPassFloatsIntegers) {
   EXPECT_EQ(serial, reference);
 }
 
+TEST(OpEdges, HistcNearDoublesMaximumBinsWhereTheValuesAre) {
+  // (v - lo) · bins overflows double here: the values and the range are scaled by 2^-64 first,
+  // exactly, so each value still lands in its own bin (mid-bin values: 1, 3, 5, 7, 9), not all
+  // in the last.
+  const double top = std::numeric_limits<double>::max() / 2;
+  const std::vector<double> x{0.15 * top, 0.35 * top, 0.55 * top, 0.75 * top, 0.95 * top};
+  std::vector<double> reference(10, -1.0), serial(10, -2.0);
+  ASSERT_TRUE(histc(reference.data(), DataType::kFloat64, x.data(), 5, 10, 0, top).isOk());
+  ASSERT_TRUE(
+      testing::serial::histc(serial.data(), DataType::kFloat64, x.data(), 5, 10, 0, top).isOk());
+  EXPECT_EQ(reference, (std::vector<double>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(serial, reference);
+  // A range as wide as double's: hi - lo itself overflows.
+  const double max = std::numeric_limits<double>::max();
+  const std::vector<double> wide{-0.75 * max, -0.25 * max, 0.25 * max, 0.75 * max, max};
+  std::vector<double> quarters(4, -1.0), serialQuarters(4, -2.0);
+  ASSERT_TRUE(histc(quarters.data(), DataType::kFloat64, wide.data(), 5, 4, -max, max).isOk());
+  ASSERT_TRUE(testing::serial::histc(serialQuarters.data(), DataType::kFloat64, wide.data(), 5, 4,
+                                     -max, max)
+                  .isOk());
+  EXPECT_EQ(quarters, (std::vector<double>{1, 1, 1, 2}));
+  EXPECT_EQ(serialQuarters, quarters);
+}
+
 TEST(OpEdges, ACropOfTheLastRowOfAVeryTallImageReadsIt) {
   // height - 1 = 2^24 + 3 rounds up in float, and so does the point y = 1: inside by TensorFlow's
   // test in float, it reads the last row, clamped, not the row past it.

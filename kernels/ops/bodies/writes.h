@@ -174,10 +174,9 @@ Status embeddingBagMaxBackward(E& e, void* gradWeight, int64_t numWeights, DataT
 }
 
 template <typename E, typename T, typename W>
-Status histcCount(E& e, void* out, const T* x, int64_t n, int64_t bins, W lo, W hi) {
+Status histcCount(E& e, void* out, const T* x, int64_t n, int64_t bins, W lo, W hi, bool wide) {
   int64_t* position = e.template alloc<int64_t>(n);
-  e.launch(n, HistcBinBody<T, W>{x, lo, hi, hi - lo, static_cast<W>(bins), static_cast<W>(bins - 1),
-                                 bins - 1, position});
+  e.launch(n, histcBins<T, W>(x, lo, hi, bins, position, wide));
   int64_t* ones = e.template alloc<int64_t>(n);
   e.launch(n, FillOneBody{ones});
   int64_t* counts = e.template alloc<int64_t>(bins);
@@ -243,8 +242,8 @@ Status histc(E& e, void* out, DataType type, const void* input, int64_t n, int64
       if (!status.isOk()) return;
     }
     const bool wide = !(width - width == W(0)) || failed != kNoFailure;
-    status = wide ? histcCount<E, T, double>(e, out, x, n, bins, loW, hiW)
-                  : histcCount<E, T, W>(e, out, x, n, bins, loW, hiW);
+    status = wide ? histcCount<E, T, double>(e, out, x, n, bins, loW, hiW, true)
+                  : histcCount<E, T, W>(e, out, x, n, bins, loW, hiW, false);
   });
   return status;
 }

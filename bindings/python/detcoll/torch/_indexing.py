@@ -42,11 +42,11 @@ def _wrapped(index, size, op, dim):
     return torch.where(index < 0, index + size, index) if lo < 0 else index
 
 
-def _no_gradient_through_the_write(op, input, values):
+def _no_gradient_through_the_write(op, input, values, what="values"):
     """ops' indexed writes run detcoll's kernel on the data, with or without accumulate: autograd
     would see no path to the values and a wrong one through the input. Refused where a gradient
     is wanted (patch() has torch's formulas instead)."""
-    wanted = [name for name, t in (("input", input), ("values", values))
+    wanted = [name for name, t in (("input", input), (what, values))
               if isinstance(t, torch.Tensor) and t.requires_grad]
     if wanted and torch.is_grad_enabled():
         raise detcoll.InvalidArgumentError(
@@ -188,7 +188,7 @@ def index_put(input, indices, values, accumulate=False):
 
 def put_(input, index, source, accumulate=False):
     """input.put_(index, source, accumulate) (_put below), refusing tensors that require grad."""
-    _no_gradient_through_the_write("put_", input, source)
+    _no_gradient_through_the_write("put_", input, source, "source")
     return _put(input, index, source, accumulate)
 
 
