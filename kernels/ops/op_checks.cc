@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -187,7 +188,10 @@ Status checkBagOffsets(const int64_t* offsets, int64_t bags, int64_t count) {
 
 std::string showNumber(double value) {
   char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
+  for (int digits = 1; digits <= 17; ++digits) {  // the shortest that reads back as value
+    std::snprintf(text, sizeof(text), "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
   return text;
 }
 

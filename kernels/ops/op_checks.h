@@ -27,7 +27,7 @@ Status shapeFits(const std::string& op, const Shape& shape);
 
 // "[2, 3]".
 std::string show(const Shape& shape);
-// A double as printf's %g gives it: "1e-300", "0.5".
+// A double as the shortest decimal that reads back as it: "1e-300", "0.5", "2147483647.5".
 std::string showNumber(double value);
 
 // scatter_add: no negative dimension, dim in range (made non-negative), equal ranks, index no

@@ -12,14 +12,6 @@
 #include "kernels/ops/segment.h"
 
 namespace detcoll::kernels::ops {
-std::string histcNumber(double v) {
-  char text[32];
-  for (int digits = 1; digits <= 17; ++digits) {  // the shortest that reads back as v
-    std::snprintf(text, sizeof(text), "%.*g", digits, v);
-    if (std::strtod(text, nullptr) == v) break;
-  }
-  return text;
-}
 
 namespace {
 
@@ -182,12 +174,12 @@ Status histcRange(double min, double max, bool any, bool nan, double low, double
     max += 1;
   }
   if (min > max) {
-    return Status::invalidArgument(std::string(op) + ": max " + histcNumber(max) +
-                                   " must be larger than min " + histcNumber(min));
+    return Status::invalidArgument(std::string(op) + ": max " + showNumber(max) +
+                                   " must be larger than min " + showNumber(min));
   }
   if (!std::isfinite(min) || !std::isfinite(max)) {
-    return Status::invalidArgument(std::string(op) + ": the range [" + histcNumber(min) + ", " +
-                                   histcNumber(max) + "] is not finite");
+    return Status::invalidArgument(std::string(op) + ": the range [" + showNumber(min) + ", " +
+                                   showNumber(max) + "] is not finite");
   }
   *lo = min;
   *hi = max;

@@ -26,6 +26,7 @@
 #include "common/host_device.h"
 #include "common/status.h"
 #include "kernels/accumulate.h"
+#include "kernels/ops/op_checks.h"
 #include "kernels/ops/resample_kernels.h"
 
 namespace detcoll::kernels::ops {
@@ -178,8 +179,6 @@ DETCOLL_HOST_DEVICE bool histcMayOverflow(W lo, W hi, W bins) {
 
 // histc's range [lo, hi] rounded to the dtype T and read in W (*loW, *hiW): refused where it is
 // no longer finite with lo < hi.
-std::string histcNumber(double v);  // the shortest decimal that reads back as v
-
 template <typename T>
 Status histcBounds(DataType type, double lo, double hi, typename kernels::Traits<T>::Acc* loW,
                    typename kernels::Traits<T>::Acc* hiW) {
@@ -188,7 +187,7 @@ Status histcBounds(DataType type, double lo, double hi, typename kernels::Traits
   *hiW = kernels::Traits<T>::load(kernels::Traits<T>::round(static_cast<W>(hi)));
   const bool finite = *loW - *loW == W(0) && *hiW - *hiW == W(0);
   if (finite && *loW < *hiW) return Status::ok();
-  return Status::invalidArgument("histc: the range [" + histcNumber(lo) + ", " + histcNumber(hi) +
+  return Status::invalidArgument("histc: the range [" + showNumber(lo) + ", " + showNumber(hi) +
                                  "] is " + (finite ? "empty" : "not finite") + " in " +
                                  dataTypeName(type));
 }

@@ -324,6 +324,18 @@ def test_one_dimensional_scatter_add_takes_src_by_position(dtype, extra):
     assert_bits(x, before)
 
 
+def test_an_int64_alpha_past_two_to_the_53_is_exact():
+    # A double cannot hold 2^53 + 1: the sum goes in two parts that it can, exact under int64's
+    # wrapping sums; numpy's and 0-d tensors' integers alike.
+    base = torch.arange(12).reshape(3, 4)
+    index, source = torch.tensor([1, 3, 1]), torch.tensor([[1, -2, 3]] * 3)
+    for alpha in (2**53 + 1, np.int64(-(2**53) - 3), torch.tensor(2**63 - 1), -(2**63)):
+        expected = torch.index_add(base, 1, index, source, alpha=int(alpha))
+        assert torch.equal(ops.index_add(base, 1, index, source, alpha=alpha), expected), alpha
+    with pytest.raises(detcoll.InvalidArgumentError, match="alpha 2147483648 does not fit"):
+        ops.index_add(base.int(), 1, index, source.int(), alpha=2**31)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("alpha", [1, 0.5, 0.37])

@@ -348,6 +348,20 @@ def test_views_that_share_a_buffer_but_no_element_are_written_as_torch_writes_th
         with pytest.raises(detcoll.InvalidArgumentError, match="single memory location"):
             torch.scatter_add(torch.zeros(4), 0, torch.tensor([1, 2, 3, 0]), b[2:6], out=b[0:4])
         assert torch.equal(b, torch.arange(6.0))
+        # out= as torch takes it: a view of exactly self's elements is an in-place call, an out
+        # of another shape is resized first, one of another dtype is refused.
+        for make_out in (lambda a: a[:], lambda a: a.view(4, 3),
+                         lambda a: torch.zeros(1).expand(5)):
+            a, expected = torch.arange(12.0).reshape(4, 3), None
+            dt.unpatch()
+            expected = torch.index_add(a.clone(), 0, torch.tensor([0, 2]), torch.ones(2, 3))
+            dt.patch(devices=("cpu",))
+            out = make_out(a)
+            result = torch.index_add(a, 0, torch.tensor([0, 2]), torch.ones(2, 3), out=out)
+            assert torch.equal(result, expected) and torch.equal(out, expected)
+        with pytest.raises(detcoll.InvalidArgumentError, match="out has dtype torch.int64"):
+            torch.index_add(torch.zeros(4), 0, torch.tensor([1]), torch.ones(1),
+                            out=torch.empty(4, dtype=torch.int64))
         # Index dtypes torch refuses are refused, not read as positions.
         with pytest.raises(detcoll.InvalidArgumentError, match="put_: index has dtype torch.bool"):
             torch.zeros(3).put_(torch.tensor([True, False]), torch.ones(2))

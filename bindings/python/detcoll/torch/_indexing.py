@@ -218,8 +218,10 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 (torch's argument names)
     in that order in the input's dtype (torch 2's CPU and CUDA formula; torch 1.13's CPU kernel
     divides before it multiplies, which moves values that lie on an edge), the maximum in the
     last bin; values outside the range and NaN are not counted. float16 and bfloat16 are
-    evaluated in float32 (exact conversions), and any dtype in float64 where (x − min) · bins
-    would overflow it. The counts are exact (a bincount), returned in the input's dtype."""
+    evaluated in float32 (exact conversions), and every value of a call in float64 where some
+    value's (x − min) · bins would overflow the dtype (with x and the range scaled by 2^-64 first
+    where it would overflow float64 too). The counts are exact (a bincount), returned in the
+    input's dtype."""
     op = "histc"
     x = _floating(input, op, "input").reshape(-1)
     if isinstance(bins, bool) or not isinstance(bins, int) and not (

@@ -97,15 +97,21 @@ def _scatter_add_(self, dim, index, src):
 
 
 def _out_checked(op, out, self, *others):
-    """The out= forms: out may be self (an in-place call); otherwise what _no_overlap refuses of
-    an in-place call is refused of out."""
-    _no_overlap(op, out, *others, *([] if out is self else [self]))
+    """The out= forms, as torch takes them: out of self's dtype, resized to self's shape first;
+    then out may be self, or a view of exactly self's elements (an in-place call), and otherwise
+    what _no_overlap refuses of an in-place call is refused of out."""
+    if out.dtype != self.dtype:
+        raise detcoll.InvalidArgumentError(
+            f"{op}: out has dtype {out.dtype}; expected {self.dtype}, self's")
+    if out.shape != self.shape:
+        out.resize_(self.shape)
+    same = out is self or (out.data_ptr() == self.data_ptr() and out.stride() == self.stride())
+    _no_overlap(op, out, *others, *([] if same else [self]))
 
 
 def _scatter_add_out(self, dim, index, src, *, out):
     _out_checked("scatter_add", out, self, index, src)
-    result = _scatter_add_into(self, dim, index, src)
-    return out.resize_(result.shape).copy_(result)
+    return out.copy_(_scatter_add_into(self, dim, index, src))
 
 
 def _narrow_alpha(self, alpha):
@@ -151,8 +157,7 @@ def _index_add_(self, dim, index, source, *, alpha=1):
 
 def _index_add_out(self, dim, index, source, *, alpha=1, out):
     _out_checked("index_add", out, self, index, source)
-    result = _index_add_into(self, dim, index, source, alpha)
-    return out.resize_(result.shape).copy_(result)
+    return out.copy_(_index_add_into(self, dim, index, source, alpha))
 
 
 def _nll_loss_forward(self, target, weight, reduction, ignore_index):
