@@ -124,7 +124,7 @@ TEST(SumOverAxes, LongRunsOutputBlocksAndEmptyAxesMatchTheRecursiveTree) {
       std::vector<float> out(expected.size(), -1.0f);
       ASSERT_TRUE(
           sumOverAxes(x.data(), shape, DataType::kFloat32, axes, out.data(), threads).isOk());
-      EXPECT_EQ(0, std::memcmp(out.data(), expected.data(), out.size() * 4))
+      EXPECT_TRUE(out.empty() || std::memcmp(out.data(), expected.data(), out.size() * 4) == 0)
           << "shape " << show(shape) << ", " << axes.size() << " axes, threads " << threads;
     }
   }
