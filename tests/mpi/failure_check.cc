@@ -155,11 +155,13 @@ int stall(bool comesBack, double sleepSeconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (comesBack) {
-    // Blocking calls still work among ranks that all answer: everyone reports before anyone
-    // finalizes (a process that exits without MPI_Finalize ends the job).
+    // Blocking calls still work among ranks that all answer. Everyone reports before anyone
+    // finalizes (a process that exits without MPI_Finalize ends the job): the second call
+    // completes only once every rank has made it, which each does after its report.
     std::vector<float> out;
     const double began = now();
     judge(blockingAllreduce(1000000, 4, "before finalize", &out), "step=end", 1000000, out, began);
+    blockingAllreduce(1000001, 4, "reported", &out);
   }
   finalize();
   return 0;
