@@ -137,13 +137,6 @@ bool addInPlace(const int64_t* destination, int64_t n, int64_t m, const T* value
         return true;
       }
     }
-    if (!skip.value && !skip.negative) {
-      for (int64_t s = start; s < end; ++s) {
-        T& acc = result[destination[s] * to];
-        acc = wrapAdd(acc, values[s * from]);
-      }
-      continue;
-    }
     for (int64_t s = start; s < end; ++s) {
       if (skip(destination[s])) continue;
       T& acc = result[destination[s] * to];

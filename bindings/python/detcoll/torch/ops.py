@@ -84,13 +84,12 @@ def index_add_(input, dim, index, source, alpha=1):
     # The C entry takes alpha as a double. An integer alpha a double cannot hold (an int64
     # tensor's, past 2^53) goes as two that it can: integer sums wrap modulo 2^64, so adding
     # source · high and then source · low is adding source · alpha, exactly.
-    parts = [alpha]
     if isinstance(alpha, torch.Tensor) and alpha.dim() == 0:
         alpha = alpha.item()
-    if isinstance(alpha, numbers.Integral) and not isinstance(alpha, bool) and \
-            not input.is_floating_point():
+    if isinstance(alpha, numbers.Integral) and not isinstance(alpha, bool):
         alpha = int(alpha)  # numpy's integers too
-        parts = [alpha]
+    parts = [alpha]
+    if isinstance(alpha, int) and not isinstance(alpha, bool) and not input.is_floating_point():
         info = torch.iinfo(input.dtype)
         if not info.min <= alpha <= info.max:
             raise detcoll.InvalidArgumentError(f"{op}: alpha {alpha} does not fit {input.dtype}")
